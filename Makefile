@@ -1,0 +1,32 @@
+# Two entry points: `make demo` runs the pipeline on the embedded default,
+# `make test` runs the test suite. Both create .venv and install on first use.
+PY      := .venv/bin/python
+STAMP   := .venv/.installed
+export HF_HUB_OFFLINE := 1
+export DVC_NO_ANALYTICS := 1
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
+
+.PHONY: demo test test-cluster bench install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	# torch and torchvision in one command: pip takes the matching pair from this machine's disk
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	.venv/bin/snakemake --cores 2 --quiet rules
+	@echo "outputs: see README.md#outputs"
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf .snakemake data/*/ backbone roles runs report logs .dvc/tmp .dvc/cache

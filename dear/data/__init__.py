@@ -1,0 +1,1 @@
+"""Datasets: CoOp-layout readers, Dassl few-shot sampling, the embedded world."""

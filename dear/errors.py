@@ -1,0 +1,13 @@
+"""The one exception type users see.
+
+A `DearError` carries a single line that names the file or key at fault and
+what to do about it. The CLI prints it without a traceback and exits 1; any
+other exception is a bug and keeps its traceback.
+"""
+
+
+class DearError(Exception):
+    """Bad input or environment, explained in one line."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))

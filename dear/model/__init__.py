@@ -1,0 +1,1 @@
+"""Models: the one module touching open_clip internals, head decomposition, DeAR, baselines."""

@@ -1,0 +1,251 @@
+"""The one module that touches open_clip's internals.
+
+open_clip 3.3.0's ViT blocks run `nn.MultiheadAttention` with one mask for
+all heads and no access to per-head outputs, and the vision tower calls its
+transformer without a mask. DeAR needs both: per-head outputs at the CLS
+query (head decomposition, SPEC §1) and a different additive mask per head
+(the role mask, SPEC §5). So this module recomposes the towers from their
+parts - reusing the frozen weights in place, never copying them - with the
+same arithmetic as open_clip, through `scaled_dot_product_attention`.
+
+Everything else in `dear` goes through the functions below; when open_clip
+changes its layout, this is the only file to update. Shapes are batch-first:
+B images or texts, T tokens, D width, H heads, d = D / H, E embedding dim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dear.errors import DearError
+
+
+@dataclass(frozen=True)
+class Tower:
+    """The parts of one open_clip transformer tower that DeAR composes itself."""
+
+    blocks: list[nn.Module]  # ResidualAttentionBlock, batch-first
+    width: int  # D
+    heads: int  # H
+
+    @property
+    def layers(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+
+# --- checks ----------------------------------------------------------------------
+
+def vision_tower(model: nn.Module) -> Tower:
+    """The image tower's blocks, after checking DeAR can recompose it exactly."""
+    visual = model.visual
+    if not hasattr(visual, "transformer") or not hasattr(visual, "conv1"):
+        raise DearError(f"model: image tower {type(visual).__name__} is not an open_clip ViT; DeAR needs a ViT-B/L style tower")
+    if getattr(visual, "attn_pool", None) is not None or getattr(visual, "final_ln_after_pool", False):
+        raise DearError("model: image towers with attentional pooling are not supported; use a CLS-token ViT")
+    if getattr(visual, "pool_type", "tok") != "tok":
+        raise DearError(f"model: image pooling '{visual.pool_type}' is not supported; DeAR reads the CLS token ('tok')")
+    return _tower(visual.transformer, "image")
+
+
+def text_tower(model: nn.Module) -> Tower:
+    text = _text_module(model)
+    if getattr(text, "cls_emb", None) is not None:
+        raise DearError("model: text towers with a CLS embedding (CoCa) are not supported")
+    return _tower(text.transformer, "text")
+
+
+def _tower(transformer: nn.Module, name: str) -> Tower:
+    blocks = list(transformer.resblocks)
+    if not getattr(transformer, "batch_first", True):
+        raise DearError(f"model: the {name} transformer is sequence-first; open_clip >= 2.24 layout expected")
+    for block in blocks:
+        if not isinstance(getattr(block, "attn", None), nn.MultiheadAttention) or hasattr(block, "ln_1_kv"):
+            raise DearError(f"model: {name} block {type(block).__name__} is not a standard open_clip ResidualAttentionBlock")
+    attn = blocks[0].attn
+    return Tower(blocks=blocks, width=attn.embed_dim, heads=attn.num_heads)
+
+
+def _text_module(model: nn.Module) -> nn.Module:
+    """CLIP keeps the text tower's parts on the model itself; CustomTextCLIP under `.text`."""
+    return model.text if hasattr(model, "text") else model
+
+
+# --- one block -------------------------------------------------------------------
+
+def _heads(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Per-head attention outputs before the output projection.
+
+    x: [B, T, D]; mask: additive, [T, T] or [H, T, T] (broadcast over B).
+    Returns [B, H, T, d].
+    """
+    attn: nn.MultiheadAttention = block.attn
+    B, T, D = x.shape
+    H = attn.num_heads
+    qkv = F.linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias)  # [B, T, 3D]
+    q, k, v = qkv.view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)  # each [B, H, T, d]
+    if mask is not None:
+        mask = mask.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T, d]
+
+
+def _merge_heads(block: nn.Module, heads: torch.Tensor) -> torch.Tensor:
+    """[B, H, T, d] -> attention output [B, T, D] (output projection, bias, layer scale)."""
+    B, H, T, d = heads.shape
+    out = F.linear(heads.transpose(1, 2).reshape(B, T, H * d), block.attn.out_proj.weight, block.attn.out_proj.bias)
+    return block.ls_1(out)
+
+
+def _mlp(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return block.ls_2(block.mlp(block.ln_2(x)))
+
+
+def block_forward(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """One residual block, as open_clip computes it, with an optional per-head mask.
+
+    x: [B, T, D]; mask: [T, T] or [H, T, T] additive (0 open, -inf blocked).
+    """
+    x = x + _merge_heads(block, _heads(block, x, mask))
+    return x + _mlp(block, x)
+
+
+@dataclass
+class CLSTerms:
+    """A block's direct writes into the residual stream at the CLS position."""
+
+    heads: torch.Tensor  # [B, H, D] each head's share of the attention output
+    attn_bias: torch.Tensor  # [D] the output projection's bias (after layer scale)
+    mlp: torch.Tensor  # [B, D]
+
+
+def block_forward_cls_terms(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, CLSTerms]:
+    """`block_forward` that also splits the CLS row's update into its terms.
+
+    The attention output at CLS is Σ_h W_O^h o_h + b_O; layer scale is a
+    per-channel product, so it distributes over the sum. Only the CLS query
+    row is split: no attention matrix is kept.
+    """
+    heads = _heads(block, x, mask)  # [B, H, T, d]
+    attn_out = _merge_heads(block, heads)  # [B, T, D]
+    B, H, T, d = heads.shape
+    w_o = block.attn.out_proj.weight.view(-1, H, d)  # [D, H, d]
+    per_head = torch.einsum("bhd,ehd->bhe", heads[:, :, 0], w_o)  # [B, H, D]
+    bias = block.attn.out_proj.bias
+    bias = torch.zeros_like(per_head[0, 0]) if bias is None else bias
+    scale = _layer_scale(block.ls_1, per_head)
+    x = x + attn_out
+    mlp = _mlp(block, x)
+    terms = CLSTerms(heads=per_head * scale, attn_bias=bias * scale, mlp=mlp[:, 0])
+    return x + mlp, terms
+
+
+def _layer_scale(ls: nn.Module, like: torch.Tensor) -> torch.Tensor:
+    """The per-channel factor of an open_clip LayerScale (1 for Identity)."""
+    gamma = getattr(ls, "gamma", None)
+    return torch.ones_like(like[0, 0]) if gamma is None else gamma
+
+
+# --- image tower -----------------------------------------------------------------
+
+def image_tokens(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """Patch + class + position embeddings and ln_pre: the input of block 1.
+
+    images: [B, 3, S, S] -> [B, 1 + N, D] (CLS first).
+    """
+    return model.visual._embeds(images)
+
+
+def image_embedding(model: nn.Module, cls_state: torch.Tensor) -> torch.Tensor:
+    """ln_post and projection of final CLS states: [B, D] -> [B, E] (unnormalized)."""
+    visual = model.visual
+    pooled = visual.ln_post(cls_state)
+    return pooled @ visual.proj if visual.proj is not None else pooled
+
+
+def image_ln_post(model: nn.Module) -> nn.LayerNorm:
+    return model.visual.ln_post
+
+
+def image_projection(model: nn.Module) -> torch.Tensor:
+    """[D, E] projection of the image tower (identity when the tower has none)."""
+    visual = model.visual
+    if visual.proj is None:
+        return torch.eye(visual.ln_post.normalized_shape[0])
+    return visual.proj
+
+
+def encode_image(model: nn.Module, images: torch.Tensor, masks: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+    """`model.encode_image` recomposed from the parts, with optional per-layer masks.
+
+    masks: {0-based layer index: [H, T, T]}; unmasked layers are plain.
+    """
+    tower = vision_tower(model)
+    x = image_tokens(model, images)  # [B, T, D]
+    for index, block in enumerate(tower.blocks):
+        x = block_forward(block, x, (masks or {}).get(index))
+    return image_embedding(model, x[:, 0])
+
+
+# --- text tower ------------------------------------------------------------------
+
+def text_token_embeddings(model: nn.Module, text: torch.Tensor) -> torch.Tensor:
+    """Token embeddings without positions: [B, T] ids -> [B, T, D]."""
+    return _text_module(model).token_embedding(text)
+
+
+def text_positions(model: nn.Module) -> torch.Tensor:
+    """[T, D] learned positional embedding of the text tower."""
+    return _text_module(model).positional_embedding
+
+
+def text_causal_mask(model: nn.Module, length: int) -> torch.Tensor:
+    """Additive causal mask [length, length] (0 on and below the diagonal, -inf above)."""
+    mask = torch.full((length, length), float("-inf"))
+    return mask.triu_(1).to(text_positions(model).dtype)
+
+
+def text_pool_index(model: nn.Module, text: torch.Tensor) -> torch.Tensor:
+    """Index of the pooled (end-of-text) token for each text: [B]."""
+    module = _text_module(model)
+    pool_type = getattr(module, "text_pool_type", getattr(module, "pool_type", "argmax"))
+    if pool_type == "argmax":
+        return text.argmax(dim=-1)
+    if pool_type == "eos":
+        eos = getattr(module, "text_eos_id", getattr(module, "eos_id", None))
+        return (text == eos).int().argmax(dim=-1)
+    if pool_type == "last":
+        return torch.full((text.shape[0],), text.shape[1] - 1, dtype=torch.long, device=text.device)
+    raise DearError(f"model: text pooling '{pool_type}' is not supported")
+
+
+def text_embedding(model: nn.Module, x: torch.Tensor, pool_index: torch.Tensor) -> torch.Tensor:
+    """ln_final, pooling at `pool_index` and projection: [B, T, D] -> [B, E]."""
+    module = _text_module(model)
+    x = module.ln_final(x)
+    pooled = x[torch.arange(x.shape[0], device=x.device), pool_index]  # [B, D]
+    projection = module.text_projection
+    if projection is None:
+        return pooled
+    return projection(pooled) if isinstance(projection, nn.Linear) else pooled @ projection
+
+
+def encode_text(model: nn.Module, text: torch.Tensor) -> torch.Tensor:
+    """`model.encode_text` recomposed from the parts (unnormalized)."""
+    tower = text_tower(model)
+    x = text_token_embeddings(model, text) + text_positions(model)  # [B, T, D]
+    mask = text_causal_mask(model, x.shape[1])
+    for block in tower.blocks:
+        x = block_forward(block, x, mask)
+    return text_embedding(model, x, text_pool_index(model, text))
+
+
+def logit_scale(model: nn.Module) -> torch.Tensor:
+    """CLIP's temperature τ = exp(logit_scale), a scalar tensor."""
+    return model.logit_scale.exp()

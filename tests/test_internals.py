@@ -1,0 +1,62 @@
+"""The recomposed towers compute exactly what open_clip computes."""
+
+import open_clip
+import pytest
+import torch
+
+from dear.model import internals
+from tests.tiny_clip import tiny_clip
+
+
+@pytest.fixture(params=[None, 0.1], ids=["no-layerscale", "layerscale"])
+def model(request):
+    return tiny_clip(ls_init=request.param)
+
+
+def test_block_forward_matches_open_clip(model):
+    x = torch.randn(3, 17, 64)
+    for block in internals.vision_tower(model).blocks:
+        torch.testing.assert_close(internals.block_forward(block, x), block(x), rtol=1e-5, atol=1e-5)
+
+
+def test_encode_image_matches(model):
+    images = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(internals.encode_image(model, images), model.encode_image(images), rtol=1e-5, atol=1e-5)
+
+
+def test_encode_text_matches(model):
+    text = open_clip.tokenize(["a photo of a dog", "a red square on a striped background"], context_length=16)
+    torch.testing.assert_close(internals.encode_text(model, text), model.encode_text(text), rtol=1e-5, atol=1e-5)
+
+
+def test_cls_terms_add_up_to_the_block_update(model):
+    block = internals.vision_tower(model).blocks[-1]
+    x = torch.randn(2, 17, 64)
+    after, terms = internals.block_forward_cls_terms(block, x)
+    rebuilt = x[:, 0] + terms.heads.sum(1) + terms.attn_bias + terms.mlp
+    torch.testing.assert_close(rebuilt, after[:, 0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(after, internals.block_forward(block, x), rtol=1e-6, atol=1e-6)
+
+
+def test_per_head_mask_blocks_what_it_says(model):
+    """A head whose mask blocks token j does not change when token j changes; others do."""
+    block = internals.vision_tower(model).blocks[0]
+    x = torch.randn(1, 17, 64)
+    mask = torch.zeros(4, 17, 17)
+    mask[0, :, 16] = float("-inf")  # head 0 never reads the last token
+    mask[0, 16, 16] = 0.0  # ... except the last token itself (no fully blocked row)
+    y = x.clone()
+    y[:, 16] += torch.randn(64)  # not a constant: ln_1 would remove it
+    heads_x = internals._heads(block, x, mask)
+    heads_y = internals._heads(block, y, mask)
+    torch.testing.assert_close(heads_x[:, 0, :16], heads_y[:, 0, :16])
+    assert not torch.allclose(heads_x[:, 1, :16], heads_y[:, 1, :16])
+
+
+def test_unsupported_tower_is_a_clean_error():
+    from dear.errors import DearError
+
+    model = tiny_clip()
+    model.visual.pool_type = "avg"
+    with pytest.raises(DearError, match="pooling"):
+        internals.vision_tower(model)
