@@ -7,10 +7,11 @@ line and exits 1; `--debug` shows the traceback instead.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import typer
 
@@ -36,16 +37,24 @@ def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks for
     _state["debug"] = debug
 
 
-def _run_stage(stage: Callable[[], None], log: Optional[Path]) -> None:
-    """Run a stage with logging set up; turn a `DearError` into exit code 1."""
+def _run_stage(name: str, params: Path, log: Optional[Path], inputs: dict, outputs: dict) -> None:
+    """Load params, then run `dear.stages.<name>.run(params, Inputs(**inputs), Outputs(**outputs))`.
+
+    The params file is validated before the stage's (heavy) imports, and a
+    `DearError` anywhere becomes one line on stderr and exit code 1.
+    """
     _configure_logging(log)
     try:
-        stage()
+        loaded = load_params(params)
+        stage = importlib.import_module(f"dear.stages.{name}")
+        stage.run(loaded, stage.Inputs(**inputs), stage.Outputs(**outputs))
     except DearError as err:
         if _state["debug"]:
             raise
         typer.echo(f"error: {err}", err=True)
-        logging.getLogger("dear").error(str(err))
+        if log is not None:
+            with open(log, "a") as handle:
+                handle.write(f"error: {err}\n")
         raise typer.Exit(code=1)
 
 
@@ -65,9 +74,7 @@ def prepare(
     log: Optional[Path] = LogOption,
 ) -> None:
     """Index a dataset in CoOp's layout: manifest and one few-shot table per seed."""
-    from dear.stages import prepare as stage
-
-    _run_stage(lambda: stage.run(load_params(params), stage.Inputs(dataset=dataset), stage.Outputs(folder=out)), log)
+    _run_stage("prepare", params, log, inputs=dict(dataset=dataset), outputs=dict(folder=out))
 
 
 def main() -> None:

@@ -39,7 +39,8 @@ class Data(Section):
     root: str = Field(description="folder holding one sub-folder per dataset, in CoOp's layout")
     datasets: list[str] = Field(description="datasets the pipeline prepares (folder names of DATASETS.md)")
     seeds: list[int] = Field(description="few-shot seeds; every seed gets its own few-shot table and runs")
-    shots: int = Field(ge=1, description="training shots per class (validation: min(shots, 4))")
+    shots: int = Field(ge=1, description="training shots per class")
+    val_shots: int = Field(ge=0, description="validation shots per class: min(shots, val_shots) (CoOp: 4)")
     verify: Literal["decode", "exists", "none"] = Field(
         description="decode opens every image; exists checks files are there; none trusts the split")
     skip_bad: bool = Field(description="drop missing/corrupt images (listed next to the manifest) instead of failing")
@@ -48,10 +49,125 @@ class Data(Section):
     max_listed: int = Field(ge=1, description="how many bad files an error names before it counts the rest")
 
 
+# --- world: the embedded emoji image-text world (dear world) -------------------
+
+class World(Section):
+    seed: int = Field(description="seed of every image, class choice and corpus batch")
+    image_size: int = Field(ge=16, description="image side in pixels (must equal the embedded model's image size)")
+    grid: int = Field(description="positions form a grid x grid layout (2 or 3)")
+    n_objects: int = Field(ge=2, description="object classes of world_objects (and world_objects_sketch)")
+    n_objects_b: int = Field(ge=2, description="object classes of world_objects_b, disjoint from world_objects")
+    colors: list[str] = Field(description="background colours (the color attribute)")
+    textures: list[str] = Field(description="background textures (the texture attribute)")
+    shapes: list[str] = Field(description="outlined shapes drawn next to the object (the shape attribute)")
+    attribute_sets: list[Literal["colors", "textures", "shapes", "positions"]] = Field(
+        description="attribute datasets to materialize (world_<name>)")
+    emoji_px_min: int = Field(ge=4, description="smallest emoji side in pixels")
+    emoji_px_max: int = Field(ge=4, description="largest emoji side in pixels")
+    shape_px_min: int = Field(ge=4, description="smallest shape side in pixels")
+    shape_px_max: int = Field(ge=4, description="largest shape side in pixels")
+    jitter_px: int = Field(ge=0, description="objects move up to this many pixels off their cell centre")
+    texture_period: int = Field(ge=2, description="texture period in pixels (align with the patch size)")
+    texture_shade: float = Field(gt=0.0, lt=1.0, description="texture ink = background colour x this")
+    outline_px: int = Field(ge=1, description="dark outline width of shapes")
+    color_jitter: int = Field(ge=0, description="per-channel jitter of background colours (0..255 units)")
+    objects_split: list[int] = Field(min_length=3, max_length=3, description="train, val, test images per class (object sets)")
+    sketch_split: list[int] = Field(min_length=3, max_length=3, description="train, val, test per class of world_objects_sketch")
+    attribute_split: list[int] = Field(min_length=3, max_length=3, description="train, val, test per class (attribute sets)")
+    caption_object: float = Field(ge=0.0, le=1.0, description="probability a caption names the object (else 'thing')")
+    caption_position: float = Field(ge=0.0, le=1.0, description="probability a caption names the position")
+    caption_shape: float = Field(ge=0.0, le=1.0, description="probability a caption names the shape")
+    caption_color: float = Field(ge=0.0, le=1.0, description="probability a caption names the background colour")
+    caption_texture: float = Field(ge=0.0, le=1.0, description="probability a caption names the texture")
+    corpus_sketch: float = Field(ge=0.0, le=1.0, description="fraction of corpus scenes drawn in sketch style")
+
+
+# --- model: which CLIP, from where -----------------------------------------------
+
+class Model(Section):
+    arch: str = Field(description="open_clip model name (dear-world, ViT-B-16, ...) or a path to a config JSON")
+    pretrained: str = Field(description="embedded (train here) | an open_clip tag (openai, laion2b_...) | a weights file")
+    cache_dir: str | None = Field(description="open_clip download cache (null: open_clip's default)")
+
+
+# --- backbone: contrastive pretraining of the embedded model ---------------------
+
+class Backbone(Section):
+    seed: int = Field(description="seed of the initial weights")
+    steps: int = Field(ge=1, description="optimizer steps (fixed count: results never depend on machine speed)")
+    batch_size: int = Field(ge=2, description="image-caption pairs per step")
+    lr: float = Field(gt=0.0, description="peak AdamW learning rate")
+    weight_decay: float = Field(ge=0.0, description="AdamW weight decay")
+    warmup_fraction: float = Field(ge=0.0, lt=1.0, description="linear warm-up share of the steps, then cosine")
+    precision: Literal["fp32", "bf16"] = Field(description="autocast precision of training on CPU")
+    threads: int = Field(ge=1, description="torch CPU threads (results are bitwise reproducible per thread count)")
+    eval_batch_size: int = Field(ge=1, description="batch size of the zero-shot sanity evaluation")
+    twin_fraction: float = Field(ge=0.0, le=1.0, description="share of each batch made of twin scenes differing in one attribute")
+    twin_weights: dict[str, float] = Field(description="how often twins differ in position, shape, texture, color")
+
+
+# --- dear / train / fusion: the adapted model, its training and its fusion ------
+
+CORE_CONCEPTS = ("color", "shape", "texture", "object", "position")
+
+
+class Dear(Section):
+    start_layer: int | None = Field(
+        ge=1, description="first image layer (1-based) holding attribute tokens; null = the last four layers (L-3)")
+    beta: float = Field(ge=0.0, le=1.0, description="share of the freshly aligned tokens vs the previous layer's output")
+    attribute_tokens: int = Field(ge=0, description="K: attribute tokens, one per concept of `concepts`, in that order")
+    concepts: list[str] = Field(description="concept served by each attribute token (SPEC §4: the five core attributes)")
+    text_tokens: int = Field(ge=0, description="learnable tokens inserted after the start-of-text token")
+    text_start_layer: int | None = Field(
+        ge=1, description="first text layer (1-based) holding text tokens; null = the last four text layers")
+    d_r: int = Field(ge=1, description="width of the shared token bank R")
+    init_std: float = Field(gt=0.0, description="std of the normal init of R (and of CoOp's context vectors)")
+
+
+class Augmentation(Section):
+    crop_scale: list[float] = Field(min_length=2, max_length=2, description="random resized crop area range (CoOp)")
+    flip_prob: float = Field(ge=0.0, le=1.0, description="probability of a horizontal flip")
+    interpolation: Literal["bicubic", "bilinear"] = Field(description="resize filter, train and test")
+
+
+class Train(Section):
+    method: Literal["zeroshot", "coop", "dear_nomask", "dear"] = Field(
+        description="default method of `dear train` when --method is not given")
+    lr: float = Field(gt=0.0, description="peak learning rate (AdamW)")
+    weight_decay: float = Field(ge=0.0, description="AdamW weight decay")
+    epochs: int = Field(ge=1, description="training epochs")
+    warmup_epochs: int = Field(ge=0, description="epochs at the constant warm-up learning rate")
+    warmup_lr: float = Field(gt=0.0, description="learning rate during warm-up")
+    batch_size: int = Field(ge=1, description="images per step")
+    lambda_img: float = Field(ge=0.0, description="weight of 1 - cos(f_0, f_0 frozen)")
+    lambda_txt: float = Field(ge=0.0, description="weight of mean_c 1 - cos(t_c, t_c frozen)")
+    lambda_fus: float = Field(ge=0.0, description="weight of -log alpha_0")
+    coop_context: int = Field(ge=1, description="CoOp's learnable context vectors")
+    template: str = Field(description="hand-written prompt; {} is the class name")
+    dataset_templates: dict[str, str] = Field(description="per-dataset prompts overriding `template`")
+    augmentation: Augmentation
+    checkpoint_every: int = Field(ge=1, description="steps between resumable checkpoints")
+    device: Literal["auto", "cpu", "cuda"] = Field(description="auto = cuda when available")
+    precision: Literal["bf16", "fp32"] = Field(description="bf16 autocast on CUDA; CPU always runs fp32")
+    workers: int = Field(ge=0, description="image loading processes (0 = in the training process)")
+
+
+class Fusion(Section):
+    init_cls: float = Field(gt=0.0, lt=1.0, description="alpha_0 at initialization; the K attribute streams share the rest")
+    mode: Literal["refit", "trained"] = Field(description="refit alpha on validation shots, or keep the trained one")
+    novel: Literal["fused", "cls"] = Field(description="novel classes: fused logits or the CLS stream alone")
+
+
 class Params(Section):
     """The whole `params.yaml`."""
 
     data: Data
+    world: World
+    model: Model
+    backbone: Backbone
+    dear: Dear
+    train: Train
+    fusion: Fusion
 
 
 # --- loading -------------------------------------------------------------------
@@ -144,7 +260,7 @@ def _describe(annotation: Any) -> str:
 def json_schema() -> dict:
     """JSON Schema of `params.yaml`, for Snakemake's `validate`."""
     schema = Params.model_json_schema()
-    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["description"] = "params.yaml of the dear pipeline (generated by `python -m dear.params`)"
     return schema
 

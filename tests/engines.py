@@ -1,0 +1,82 @@
+"""Read the pipeline graph as Snakemake and DVC see it, and run either engine."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+PIPELINE_FILES = ["Snakefile", "dvc.yaml", "workflow", "dear", ".dvcignore"]
+
+
+@dataclass
+class Step:
+    """One command of the graph with what it reads and writes (paths relative to the project)."""
+
+    deps: set[str] = field(default_factory=set)
+    outs: set[str] = field(default_factory=set)
+
+
+def engine_env() -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", DVC_NO_ANALYTICS="1", PYTHONHASHSEED="0")
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def make_project(folder: Path, params_text: str) -> Path:
+    """A runnable copy of the pipeline definition in `folder`, with its own params and DVC repo."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in PIPELINE_FILES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, folder / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, folder / name)
+    (folder / "params.yaml").write_text(params_text)
+    run(["dvc", "init", "--no-scm", "-q"], folder)
+    shutil.copy2(ROOT / ".dvc" / "config", folder / ".dvc" / "config")
+    return folder
+
+
+def run(command: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=cwd, env=engine_env(), capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+def snakemake_graph(project: Path, targets: list[str] = ()) -> dict[str, Step]:
+    """{shell command: Step} from `snakemake --detailed-summary` (one row per output file)."""
+    summary = run([str(BIN / "snakemake"), "--detailed-summary", "--cores", "1", *targets], project).stdout
+    rows = csv.DictReader(io.StringIO(summary[summary.index("output_file"):]), delimiter="\t")
+    steps: dict[str, Step] = defaultdict(Step)
+    for row in rows:
+        step = steps[" ".join(row["shellcmd"].split())]
+        step.outs.add(row["output_file"])
+        step.deps.update(path for path in row["input-file(s)"].split(",") if path and path != "-")
+    return dict(steps)
+
+
+def dvc_graph(project: Path) -> dict[str, Step]:
+    """{command: Step} for every (matrix-expanded) stage of dvc.yaml."""
+    from dvc.repo import Repo
+
+    steps = {}
+    with Repo(str(project)) as repo:
+        for stage in repo.index.stages:
+            deps = {dep.def_path for dep in stage.deps if not dep.def_path.endswith(".yaml")}
+            steps[" ".join(stage.cmd.split())] = Step(deps=deps, outs={out.def_path for out in stage.outs})
+    return steps
+
+
+def covered(path: str, by: set[str]) -> bool:
+    """True when `path` is one of `by` or lies inside a folder of `by`."""
+    return any(path == other or path.startswith(other.rstrip("/") + "/") for other in by)

@@ -1,0 +1,113 @@
+"""params.yaml: one strict reading, shared by dear, DVC and Snakemake."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dear.errors import DearError
+from dear.params import json_schema, load_params, read_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = ROOT / "params.yaml"
+
+
+def _leaves(tree, prefix=""):
+    """Flatten nested mappings/lists into {dotted key: (type name, value)}."""
+    if isinstance(tree, dict):
+        out = {}
+        for key, value in tree.items():
+            out.update(_leaves(value, f"{prefix}{key}."))
+        return out
+    if isinstance(tree, list):
+        out = {}
+        for index, value in enumerate(tree):
+            out.update(_leaves(value, f"{prefix}{index}."))
+        return out
+    return {prefix.rstrip("."): (type(tree).__name__, tree)}
+
+
+def test_dvc_and_snakemake_read_every_value_identically():
+    from dvc.utils.serialize import load_yaml as dvc_load_yaml
+    from snakemake.common.configfile import load_configfile
+
+    by_dvc = _leaves(dict(dvc_load_yaml(str(PARAMS))))
+    by_snakemake = _leaves(load_configfile(str(PARAMS)))
+    by_dear = _leaves(read_yaml(PARAMS))
+    assert by_dvc == by_snakemake == by_dear
+    assert len(by_dear) > 5
+
+
+def test_params_yaml_is_valid():
+    load_params(PARAMS)
+
+
+def test_committed_schema_is_generated_from_the_models():
+    committed = yaml.safe_load((ROOT / "workflow/schemas/params.schema.yaml").read_text())
+    assert committed == json_schema(), "run: python -m dear.params > workflow/schemas/params.schema.yaml"
+
+
+def test_snakemake_schema_accepts_params_and_rejects_an_unknown_key():
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    config = read_yaml(PARAMS)
+    validate(config, str(ROOT / "workflow/schemas/params.schema.yaml"))
+    config["data"]["shotz"] = 3
+    with pytest.raises(WorkflowError):
+        validate(config, str(ROOT / "workflow/schemas/params.schema.yaml"))
+
+
+def _edited(tmp_path, edit) -> Path:
+    raw = read_yaml(PARAMS)
+    edit(raw)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (lambda p: p["data"].update(shotz=4), "unknown key 'data.shotz'"),
+        (lambda p: p["data"].pop("shots"), "missing key 'data.shots' (expected int)"),
+        (lambda p: p["data"].update(shots="16"), "key 'data.shots' must be int"),
+        (lambda p: p["data"].update(verify="maybe"), "key 'data.verify' must be one of decode | exists | none"),
+        (lambda p: p["data"].update(seeds=[1, "two"]), "key 'data.seeds.1' must be int"),
+        (lambda p: p.pop("data"), "missing key 'data'"),
+    ],
+)
+def test_bad_params_fail_with_one_line_naming_key_file_and_type(tmp_path, edit, expected):
+    path = _edited(tmp_path, edit)
+    with pytest.raises(DearError) as err:
+        load_params(path)
+    message = str(err.value)
+    assert expected in message
+    assert str(path) in message
+    assert "\n" not in message
+
+
+def test_exponent_without_dot_gets_a_hint(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text(PARAMS.read_text().replace("shots: 16", "shots: 1e3"))
+    with pytest.raises(DearError, match="write 1.0e-3"):
+        load_params(path)
+
+
+def test_cli_reports_bad_params_in_one_line_with_exit_1(tmp_path):
+    path = _edited(tmp_path, lambda p: p["data"].update(shots="many"))
+    dear = shutil.which("dear", path=str(Path(sys.executable).parent))
+    result = subprocess.run([dear, "prepare", "--params", str(path), "--dataset", "x", "--out", str(tmp_path / "o")],
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0
+    assert "data.shots" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_missing_params_file_is_a_clean_error(tmp_path):
+    with pytest.raises(DearError, match="parameters file not found"):
+        load_params(tmp_path / "nope.yaml")
