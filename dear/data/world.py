@@ -1,0 +1,294 @@
+"""The embedded emoji world: scenes with known attributes, datasets, captions, corpus.
+
+Every image is a `Scene` drawn from its own random stream
+`numpy.random.default_rng([world.seed, stream, split, index])`, where
+`stream` is a fixed hash of the dataset name (or of "corpus" for the
+pretraining corpus). The same params therefore give byte-identical images,
+and the corpus can never draw a test scene from the same stream; on top of
+that, the corpus redraws any scene whose exact key is a test scene's
+(`test_scene_keys`), so disjointness holds by construction, not by luck.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Iterator
+
+import numpy as np
+
+from dear.data.world_emoji import catalog
+from dear.data.world_scene import COLORS, POSITION_NAMES, SHAPES, TEXTURES, Canvas, Scene, render
+from dear.errors import DearError
+
+SPLITS = ("train", "val", "test")
+ATTRIBUTE_SETS = {"colors": "color", "textures": "texture", "shapes": "shape", "positions": "position"}
+OBJECT_SETS = ("world_objects", "world_objects_b", "world_objects_sketch")
+THING = "thing"  # the noun captions use when the object is not named
+
+# Zero-shot / prompt templates per dataset: exactly the caption forms of the corpus.
+TEMPLATES = {
+    "world_objects": ("a photo of a {}.",),
+    "world_objects_b": ("a photo of a {}.",),
+    "world_objects_sketch": ("a photo of a {}.",),
+    "world_colors": ("a photo of a thing on a {} background.",),
+    "world_textures": ("a photo of a thing on a {} background.",),
+    "world_shapes": ("a photo of a thing next to a {}.",),
+    "world_positions": ("a photo of a thing at the {}.",),
+}
+
+
+def stream_id(name: str) -> int:
+    """A fixed integer per dataset name (random streams never overlap by name)."""
+    return zlib.crc32(name.encode())
+
+
+def dataset_names(world) -> list[str]:
+    return list(OBJECT_SETS) + [f"world_{name}" for name in world.attribute_sets]
+
+
+def canvas(world) -> Canvas:
+    return Canvas(size=world.image_size, grid=world.grid, period=world.texture_period,
+                  texture_shade=world.texture_shade, outline_px=world.outline_px)
+
+
+def positions(world) -> tuple[str, ...]:
+    return POSITION_NAMES[world.grid]
+
+
+def check(world) -> None:
+    """Fail early, in one line, on a world that cannot be drawn."""
+    if world.grid not in POSITION_NAMES:
+        raise DearError(f"params.yaml: key 'world.grid' must be one of {sorted(POSITION_NAMES)}, got {world.grid}")
+    for key, allowed, given in (("colors", COLORS, world.colors), ("textures", TEXTURES, world.textures),
+                                ("shapes", SHAPES, world.shapes)):
+        unknown = sorted(set(given) - set(allowed))
+        if unknown or len(set(given)) != len(given) or len(given) < 2:
+            raise DearError(f"params.yaml: key 'world.{key}' must list >= 2 distinct values of "
+                            f"{list(allowed)}; got {given}")
+    needed = world.n_objects + world.n_objects_b
+    if needed > len(catalog()):
+        raise DearError(f"params.yaml: world.n_objects + world.n_objects_b = {needed} exceeds the "
+                        f"{len(catalog())} usable emoji; lower them")
+    if world.emoji_px_max > world.image_size // world.grid or world.shape_px_max > world.image_size // world.grid:
+        raise DearError("params.yaml: world.emoji_px_max and world.shape_px_max must fit in one grid cell "
+                        f"({world.image_size // world.grid} px); lower them")
+
+
+def object_classes(world) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(world_objects classes, world_objects_b classes): disjoint, each [(code point, name)]."""
+    items = list(catalog())
+    order = np.random.default_rng([world.seed, stream_id("objects")]).permutation(len(items))
+    chosen = [items[i] for i in order[: world.n_objects + world.n_objects_b]]
+    return chosen[: world.n_objects], chosen[world.n_objects:]
+
+
+# --- scenes --------------------------------------------------------------------
+
+def sample_scene(rng: np.random.Generator, world, objects: list[tuple[int, str]], style: str,
+                 fixed: dict | None = None) -> Scene:
+    """A random scene; `fixed` pins attributes ({"object": i, "color": "red", "position": 2, ...})."""
+    fixed = fixed or {}
+    n_cells = world.grid * world.grid
+    obj = fixed.get("object", int(rng.integers(len(objects))))
+    cell = fixed.get("position", int(rng.integers(n_cells)))
+    others = [c for c in range(n_cells) if c != cell]
+    jitter = world.jitter_px
+    return Scene(
+        point=objects[obj][0],
+        cell=cell,
+        shape=fixed.get("shape", world.shapes[int(rng.integers(len(world.shapes)))]),
+        shape_cell=others[int(rng.integers(len(others)))],
+        texture=fixed.get("texture", world.textures[int(rng.integers(len(world.textures)))]),
+        color=fixed.get("color", world.colors[int(rng.integers(len(world.colors)))]),
+        style=style,
+        emoji_px=int(rng.integers(world.emoji_px_min, world.emoji_px_max + 1)),
+        shape_px=int(rng.integers(world.shape_px_min, world.shape_px_max + 1)),
+        emoji_shift=tuple(int(v) for v in rng.integers(-jitter, jitter + 1, size=2)),
+        shape_shift=tuple(int(v) for v in rng.integers(-jitter, jitter + 1, size=2)),
+        phase=tuple(int(v) for v in rng.integers(0, world.texture_period, size=2)),
+        tint=tuple(int(v) for v in rng.integers(-world.color_jitter, world.color_jitter + 1, size=3)),
+        noise_seed=int(rng.integers(2**31)),
+    )
+
+
+def attributes(scene: Scene, world, names: dict[int, str]) -> dict:
+    """The true attribute values of a scene, as words."""
+    return {
+        "object": names[scene.point],
+        "color": scene.color if scene.style == "photo" else "none",
+        "shape": scene.shape,
+        "texture": scene.texture,
+        "position": positions(world)[scene.cell],
+        "shape_position": positions(world)[scene.shape_cell],
+        "style": scene.style,
+    }
+
+
+# --- datasets ------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    classnames: list[str]
+    label_attribute: str          # object | color | texture | shape | position
+    objects: list[tuple[int, str]]
+    style: str
+    per_class: tuple[int, int, int]   # train, val, test images per class
+
+
+def dataset_specs(world) -> list[DatasetSpec]:
+    objects, objects_b = object_classes(world)
+    names = lambda items: [name for _, name in items]  # noqa: E731
+    specs = [
+        DatasetSpec("world_objects", names(objects), "object", objects, "photo", tuple(world.objects_split)),
+        DatasetSpec("world_objects_b", names(objects_b), "object", objects_b, "photo", tuple(world.objects_split)),
+        DatasetSpec("world_objects_sketch", names(objects), "object", objects, "sketch", tuple(world.sketch_split)),
+    ]
+    values = {"colors": list(world.colors), "textures": list(world.textures), "shapes": list(world.shapes),
+              "positions": list(positions(world))}
+    for set_name in world.attribute_sets:
+        specs.append(DatasetSpec(f"world_{set_name}", values[set_name], ATTRIBUTE_SETS[set_name], objects,
+                                 "photo", tuple(world.attribute_split)))
+    return specs
+
+
+def dataset_scenes(world, spec: DatasetSpec, split: str) -> Iterator[tuple[int, int, Scene]]:
+    """(label, index, scene) for every image of one split, class-balanced, in a fixed order."""
+    count = spec.per_class[SPLITS.index(split)]
+    for label in range(len(spec.classnames)):
+        for k in range(count):
+            index = label * count + k
+            rng = np.random.default_rng([world.seed, stream_id(spec.name), SPLITS.index(split), index])
+            yield label, index, sample_scene(rng, world, spec.objects, spec.style, _pin(spec, label, world))
+
+
+def _pin(spec: DatasetSpec, label: int, world) -> dict:
+    if spec.label_attribute == "object":
+        return {"object": label}
+    if spec.label_attribute == "position":
+        return {"position": label}
+    return {spec.label_attribute: spec.classnames[label]}
+
+
+def test_scene_keys(world) -> set[tuple]:
+    """Exact keys of every test scene of every dataset (the corpus must avoid them)."""
+    return {scene.key() for spec in dataset_specs(world) for _, _, scene in dataset_scenes(world, spec, "test")}
+
+
+# --- captions and the pretraining corpus ---------------------------------------
+
+def caption(scene: Scene, world, names: dict[int, str], rng: np.random.Generator, force: frozenset = frozenset()) -> str:
+    """A caption naming the object and, each with its probability, the other attributes.
+
+    Clause order is fixed ("a photo of a X at the P next to a S on a T C background."),
+    so each attribute word sits in a predictable slot; a clause in `force` is always named.
+    """
+    named = lambda attr, p: attr in force or rng.random() < p  # noqa: E731
+    noun = names[scene.point] if named("object", world.caption_object) else THING
+    head = "a sketch of a" if scene.style == "sketch" else "a photo of a"
+    parts = [f"{head} {noun}"]
+    if named("position", world.caption_position):
+        parts.append(f"at the {positions(world)[scene.cell]}")
+    if named("shape", world.caption_shape):
+        parts.append(f"next to a {scene.shape}")
+    texture = scene.texture if named("texture", world.caption_texture) else None
+    color = scene.color if scene.style == "photo" and named("color", world.caption_color) else None
+    if texture or color:
+        parts.append("on a " + " ".join(word for word in (texture, color) if word) + " background")
+    return " ".join(parts) + "."
+
+
+TWIN_ATTRIBUTES = ("position", "shape", "texture", "color")
+
+
+def corpus_batch(world, backbone, step: int, excluded: set[tuple]) -> tuple[np.ndarray, list[str]]:
+    """Batch `step` of the pretraining corpus: images uint8 [B, H, W, 3] and their captions."""
+    scenes, captions = corpus_scenes(world, backbone, step, excluded)
+    grid = canvas(world)
+    return np.stack([render(scene, grid) for scene in scenes]), captions
+
+
+def corpus_scenes(world, backbone, step: int, excluded: set[tuple]) -> tuple[list[Scene], list[str]]:
+    """Scenes and captions of corpus batch `step`; no scene's key is in `excluded`.
+
+    A fraction `backbone.twin_fraction` of the batch comes as twins: a scene and a
+    copy differing in one attribute (position, shape, texture or colour), both
+    captions naming it, so the only way to tell the two apart is that attribute.
+    """
+    objects, objects_b = object_classes(world)
+    pool = objects + objects_b
+    names = dict(pool)
+    rng = np.random.default_rng([world.seed, stream_id("corpus"), step])
+    n_twins = int(round(backbone.batch_size * backbone.twin_fraction / 2))
+    weights = np.array([backbone.twin_weights[a] for a in TWIN_ATTRIBUTES], dtype=float)
+    scenes, captions = [], []
+    while len(scenes) < backbone.batch_size:
+        style = "sketch" if rng.random() < world.corpus_sketch else "photo"
+        scene = sample_scene(rng, world, pool, style)
+        if scene.key() in excluded:
+            continue
+        if len(scenes) < 2 * n_twins:
+            attr = TWIN_ATTRIBUTES[int(rng.choice(len(TWIN_ATTRIBUTES), p=weights / weights.sum()))]
+            if attr == "color" and style == "sketch":
+                attr = "texture"
+            twin = _twin(scene, attr, rng, world)
+            if twin.key() in excluded:
+                continue
+            force = frozenset({attr})
+            scenes += [scene, twin]
+            captions += [caption(scene, world, names, rng, force), caption(twin, world, names, rng, force)]
+        else:
+            scenes.append(scene)
+            captions.append(caption(scene, world, names, rng))
+    return scenes, captions
+
+
+def _twin(scene: Scene, attr: str, rng: np.random.Generator, world) -> Scene:
+    """A copy of `scene` with a different value of `attr` (and everything else kept)."""
+    if attr == "position":
+        cells = [c for c in range(world.grid ** 2) if c != scene.cell]
+        cell = cells[int(rng.integers(len(cells)))]
+        shape_cell = scene.shape_cell if scene.shape_cell != cell else scene.cell
+        return dataclasses.replace(scene, cell=cell, shape_cell=shape_cell)
+    values = {"shape": world.shapes, "texture": world.textures, "color": world.colors}[attr]
+    options = [v for v in values if v != getattr(scene, attr)]
+    return dataclasses.replace(scene, **{attr: options[int(rng.integers(len(options)))]})
+
+
+# --- tiny settings for tests ---------------------------------------------------
+
+def tiny_params() -> dict[str, dict]:
+    """World, model and backbone sections small enough for a test (~20 s to train).
+
+    Other helpers' tests reuse it: `dear.data.world.tiny(params)` returns a
+    `Params` with these sections swapped in.
+    """
+    return {
+        "world": {
+            "seed": 0, "image_size": 32, "grid": 2, "n_objects": 12, "n_objects_b": 4,
+            "colors": ["red", "green", "blue", "yellow"], "textures": ["plain", "striped", "checkered", "dotted"],
+            "shapes": ["circle", "square", "triangle", "star"],
+            "attribute_sets": ["colors", "textures", "shapes", "positions"],
+            "emoji_px_min": 12, "emoji_px_max": 14, "shape_px_min": 10, "shape_px_max": 12, "jitter_px": 1,
+            "texture_period": 4, "texture_shade": 0.55, "outline_px": 1, "color_jitter": 10,
+            "objects_split": [4, 2, 4], "sketch_split": [1, 1, 4], "attribute_split": [4, 2, 6],
+            "caption_object": 0.8, "caption_position": 0.5, "caption_shape": 0.5, "caption_color": 0.5,
+            "caption_texture": 0.5, "corpus_sketch": 0.05,
+        },
+        "model": {"arch": "dear-world-tiny", "pretrained": "embedded", "cache_dir": None},
+        "backbone": {
+            "seed": 0, "steps": 150, "batch_size": 32, "lr": 2.0e-3, "weight_decay": 0.1, "warmup_fraction": 0.05,
+            "precision": "fp32", "threads": 1, "eval_batch_size": 256, "twin_fraction": 0.5,
+            "twin_weights": {"position": 0.35, "shape": 0.35, "texture": 0.2, "color": 0.1},
+        },
+    }
+
+
+def tiny(params):
+    """`params` with the tiny world, model and backbone sections (for tests)."""
+    from dear.params import Backbone, Model, World
+
+    small = tiny_params()
+    return params.model_copy(update={"world": World(**small["world"]), "model": Model(**small["model"]),
+                                     "backbone": Backbone(**small["backbone"])})

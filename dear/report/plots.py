@@ -1,0 +1,118 @@
+"""The report's pictures: base/novel/HM bars and training-loss curves, as PNG bytes.
+
+Drawn with matplotlib's object API on the Agg canvas (no pyplot state, no
+display). Each method keeps one colour in every picture. PNGs carry no
+software/version text, so the same numbers give the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from dear.report.tables import AVERAGE, B2N_METRICS, method_order
+
+PNG_METADATA = {"Software": None}
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def method_colors(methods: list[str]) -> dict[str, tuple]:
+    """One fixed colour per method, by its position in the method order."""
+    from matplotlib import colormaps
+
+    palette = colormaps["tab10"]
+    return {method: palette(index % 10) for index, method in enumerate(methods)}
+
+
+def base_novel_png(results: pd.DataFrame, listed_methods: list[str], dpi: int) -> bytes:
+    """One panel per dataset (and the Average): Base, Novel, HM bars per method, ± std over seeds."""
+    rows = results[results["protocol"] == "base_to_novel"]
+    datasets = list(dict.fromkeys(rows.loc[rows["row"] == "dataset", "dataset"]))
+    if not datasets:
+        return _message_png("Base-to-novel: no results in the eval tables", dpi)
+    panels = datasets + [AVERAGE]
+    methods = method_order(listed_methods, rows["method"])
+    colors = method_colors(methods)
+    columns = min(len(panels), 3)
+    lines = -(-len(panels) // columns)
+    figure = Figure(figsize=(4.2 * columns, 3.4 * lines + 0.9), layout="constrained")
+    axes = figure.subplots(lines, columns, squeeze=False).ravel()
+    for ax, panel in zip(axes, panels):
+        _bars(ax, rows[rows["dataset"] == panel], methods, colors)
+        ax.set_title(panel if panel != AVERAGE else f"{AVERAGE} of {len(datasets)} datasets (HM of averages)",
+                     fontsize=10)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    handles = [Line2D([], [], color=colors[m], linewidth=8) for m in methods]
+    figure.legend(handles, methods, loc="outside lower center", ncols=len(methods), frameon=False)
+    figure.suptitle("Base-to-novel accuracy (mean ± std over seeds; n/a = missing)", fontsize=11)
+    return _png(figure, dpi)
+
+
+def _bars(ax, rows: pd.DataFrame, methods: list[str], colors: dict) -> None:
+    width = 0.8 / len(methods)
+    x = np.arange(len(B2N_METRICS))
+    for index, method in enumerate(methods):
+        mine = rows[rows["method"] == method].set_index("metric").reindex(B2N_METRICS)
+        offset = x - 0.4 + width * (index + 0.5)
+        means, stds = mine["mean"].to_numpy(float), mine["std"].to_numpy(float)
+        present = ~np.isnan(means)
+        ax.bar(offset[present], means[present], width, yerr=np.nan_to_num(stds[present]),
+               color=colors[method], capsize=2, error_kw={"linewidth": 0.8})
+        for position in offset[~present]:
+            ax.text(position, 2, "n/a", rotation=90, ha="center", va="bottom", fontsize=7, color="0.4")
+    ax.set_xticks(x, [m.upper() if m == "hm" else m.capitalize() for m in B2N_METRICS])
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("accuracy (%)")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def loss_png(logs: pd.DataFrame, listed_methods: list[str], smoothing: int, dpi: int) -> bytes:
+    """One panel per training dataset: total loss per step, a colour per method, a line style per seed."""
+    if logs.empty:
+        return _message_png("Training loss: no train logs given (zero-shot runs do not train)", dpi)
+    datasets = sorted(logs["dataset"].unique())
+    methods = method_order(listed_methods, logs["method"])
+    methods = [m for m in methods if m in set(logs["method"])]
+    colors = method_colors(method_order(listed_methods, logs["method"]))
+    seeds = sorted(logs["seed"].unique())
+    styles = {seed: LINESTYLES[index % len(LINESTYLES)] for index, seed in enumerate(seeds)}
+    columns = min(len(datasets), 3)
+    lines = -(-len(datasets) // columns)
+    figure = Figure(figsize=(4.6 * columns, 3.4 * lines + 0.9), layout="constrained")
+    axes = figure.subplots(lines, columns, squeeze=False).ravel()
+    for ax, dataset in zip(axes, datasets):
+        for (method, seed), run in logs[logs["dataset"] == dataset].groupby(["method", "seed"], sort=True):
+            smooth = run["loss"].rolling(smoothing, min_periods=1).mean()
+            ax.plot(run["step"], smooth, color=colors[method], linestyle=styles[seed], linewidth=1.2)
+        ax.set_title(f"trained on {dataset}", fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylabel("total loss")
+        ax.grid(alpha=0.3)
+    for ax in axes[len(datasets):]:
+        ax.set_visible(False)
+    handles = [Line2D([], [], color=colors[m], linewidth=2) for m in methods]
+    handles += [Line2D([], [], color="0.3", linestyle=styles[s]) for s in seeds]
+    labels = methods + [f"seed {s}" for s in seeds]
+    figure.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
+    window = "raw" if smoothing == 1 else f"moving average over {smoothing} steps"
+    figure.suptitle(f"Training loss ({window})", fontsize=11)
+    return _png(figure, dpi)
+
+
+def _message_png(text: str, dpi: int) -> bytes:
+    figure = Figure(figsize=(6, 1.5))
+    figure.text(0.5, 0.5, text, ha="center", va="center")
+    return _png(figure, dpi)
+
+
+def _png(figure: Figure, dpi: int) -> bytes:
+    FigureCanvasAgg(figure)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, metadata=PNG_METADATA)
+    return buffer.getvalue()

@@ -1,0 +1,153 @@
+"""Aggregation of per-seed accuracies into the paper's table layout.
+
+Input: `dear.results.seed_accuracy` (one row per method, source, seed,
+protocol, target). Output: one long frame, one row per number shown:
+(protocol, source, dataset, row, method, metric) with mean, std, the seeds it
+holds and each seed's value. Conventions, stated once here and under each
+table of results.md:
+
+- A dataset's Base and Novel are the mean ± std over seeds of that seed's
+  counts-based accuracy; its HM is the mean ± std of the per-seed HM.
+- The base-to-novel Average row averages Base and Novel over datasets and
+  takes the HM of those two averages (the papers' convention), so it is not
+  the mean of the HM column.
+- Transfer protocols (cross-dataset, domain generalization): one accuracy
+  per target; the Average is over the targets, the source left out.
+- An average holds a number only when every dataset (target) of the table
+  has one for that method; its std is over the seeds present in all of them.
+- Missing is NaN (shown "—"), never 0; every row records its seeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dear.results import harmonic_mean
+
+B2N_METRICS = ("base", "novel", "hm")
+AVERAGE = "Average"
+COLUMNS = ["protocol", "source", "dataset", "row", "method", "metric", "mean", "std",
+           "n_seeds", "seeds", "missing_seeds", "std_warning"]
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """What shapes the aggregation (from params: data.seeds and the report section)."""
+
+    methods: list[str]      # row order; listed methods always get rows (missing if absent)
+    seeds: list[int]        # expected seeds
+    ddof: int               # std over seeds: 1 sample, 0 population
+    std_warning: float      # points; a dataset row's std above it is flagged
+
+
+def method_order(listed: list[str], found) -> list[str]:
+    """Listed methods first (in their order), then any other found method, sorted."""
+    return list(listed) + sorted(set(found) - set(listed))
+
+
+def aggregate(per_seed: pd.DataFrame, conv: Conventions) -> pd.DataFrame:
+    """Every number of the report, long format (COLUMNS + one `seed<S>` column per seed)."""
+    methods = method_order(conv.methods, per_seed["method"])
+    seed_columns = sorted(set(conv.seeds) | set(per_seed["seed"].astype(int)))
+    records = base_to_novel(per_seed[per_seed["protocol"] == "base_to_novel"], methods, conv)
+    for protocol in ("cross_dataset", "domain_generalization"):
+        records += transfer(per_seed[per_seed["protocol"] == protocol], protocol, methods, conv)
+    frame = pd.DataFrame(records, columns=COLUMNS + ["values"])
+    for seed in seed_columns:
+        frame[f"seed{seed}"] = [values.get(seed, np.nan) for values in frame["values"]]
+    return frame.drop(columns="values")
+
+
+def base_to_novel(rows: pd.DataFrame, methods: list[str], conv: Conventions) -> list[dict]:
+    records: list[dict] = []
+    datasets = sorted(rows["target"].unique())
+    if not datasets:
+        return records
+    for dataset in datasets:
+        for method in methods:
+            mine = rows[(rows["target"] == dataset) & (rows["method"] == method)]
+            for metric in B2N_METRICS:
+                values = _by_seed(mine, metric)
+                records.append(_record("base_to_novel", dataset, dataset, "dataset", method, metric, values, conv))
+    for method in methods:
+        records += _b2n_average(rows[rows["method"] == method], datasets, method, conv)
+    return records
+
+
+def _b2n_average(mine: pd.DataFrame, datasets: list[str], method: str, conv: Conventions) -> list[dict]:
+    """Average row: mean Base and Novel over datasets, HM of those means (papers' convention)."""
+    base = _mean_of_means(mine, datasets, "base")
+    novel = _mean_of_means(mine, datasets, "novel")
+    seeds = _complete_seeds(mine, datasets, ["base", "novel"])
+    per_seed = {metric: {s: _mean_over(mine, datasets, s, metric) for s in seeds} for metric in ("base", "novel")}
+    per_seed["hm"] = {s: float(harmonic_mean(per_seed["base"][s], per_seed["novel"][s])) for s in seeds}
+    means = {"base": base, "novel": novel, "hm": float(harmonic_mean(base, novel))}
+    return [_record("base_to_novel", "", AVERAGE, "average", method, metric, per_seed[metric], conv,
+                    mean=means[metric]) for metric in B2N_METRICS]
+
+
+def transfer(rows: pd.DataFrame, protocol: str, methods: list[str], conv: Conventions) -> list[dict]:
+    """Cross-dataset / domain generalization: the source, each target, the average of the targets."""
+    records = []
+    for source in sorted(rows["source"].unique()):
+        of_source = rows[rows["source"] == source]
+        targets = transfer_targets(of_source["target"], source)
+        for method in methods:
+            mine = of_source[of_source["method"] == method]
+            for target in ([source] if source in set(of_source["target"]) else []) + targets:
+                values = _by_seed(mine[mine["target"] == target], "all")
+                records.append(_record(protocol, source, target, "dataset", method, "accuracy", values, conv))
+            seeds = _complete_seeds(mine, targets, ["all"])
+            values = {s: _mean_over(mine, targets, s, "all") for s in seeds}
+            mean = _mean_of_means(mine, targets, "all") if targets else np.nan
+            records.append(_record(protocol, source, AVERAGE, "average", method, "accuracy", values, conv, mean=mean))
+    return records
+
+
+def transfer_targets(targets, source: str) -> list[str]:
+    """Targets of a transfer table, sorted, the source itself left out."""
+    return sorted(set(targets) - {source})
+
+
+def _by_seed(rows: pd.DataFrame, metric: str) -> dict[int, float]:
+    """{seed: value} of one cell, missing seeds and NaN values left out."""
+    return {int(seed): float(value) for seed, value in zip(rows["seed"], rows[metric]) if not np.isnan(value)}
+
+
+def _mean_of_means(mine: pd.DataFrame, datasets: list[str], metric: str) -> float:
+    """Mean over datasets of each dataset's mean over its seeds; NaN if a dataset has none."""
+    means = [np.mean(list(v.values())) if (v := _by_seed(mine[mine["target"] == d], metric)) else np.nan
+             for d in datasets]
+    return float(np.mean(means)) if means and not np.isnan(means).any() else np.nan
+
+
+def _complete_seeds(mine: pd.DataFrame, datasets: list[str], metrics: list[str]) -> list[int]:
+    """Seeds with a value for every dataset and metric."""
+    if not datasets:
+        return []
+    sets = [set(_by_seed(mine[mine["target"] == d], m)) for d in datasets for m in metrics]
+    return sorted(set.intersection(*sets))
+
+
+def _mean_over(mine: pd.DataFrame, datasets: list[str], seed: int, metric: str) -> float:
+    return float(np.mean([_by_seed(mine[mine["target"] == d], metric)[seed] for d in datasets]))
+
+
+def _record(protocol: str, source: str, dataset: str, row: str, method: str, metric: str,
+            values: dict[int, float], conv: Conventions, mean: float | None = None) -> dict:
+    seeds = sorted(values)
+    array = np.array([values[s] for s in seeds], dtype=float)
+    if mean is None:
+        mean = float(array.mean()) if len(array) else np.nan
+    std = float(array.std(ddof=conv.ddof)) if len(array) > conv.ddof else np.nan
+    missing = sorted(set(conv.seeds) - set(seeds))
+    return {
+        "protocol": protocol, "source": source, "dataset": dataset, "row": row, "method": method,
+        "metric": metric, "mean": mean, "std": std, "n_seeds": len(seeds),
+        "seeds": ";".join(map(str, seeds)), "missing_seeds": ";".join(map(str, missing)),
+        "std_warning": bool(row == "dataset" and not np.isnan(std) and std > conv.std_warning),
+        "values": values,
+    }

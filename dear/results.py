@@ -1,0 +1,201 @@
+"""The evaluation table contract: what `evaluate` writes and `report` reads.
+
+One row per (method, source, seed, protocol, target, split, class) holding
+counts, never percentages: `correct` and `total` test images of that class.
+Every accuracy in the project is computed here, from summed counts
+(100 * sum(correct) / sum(total)), so a rounded percentage never feeds
+another number (an HM from two rounded accuracies can differ from the HM of
+the exact ones in the second decimal).
+
+Conventions the table must keep (checked by `check_eval`):
+- protocol `base_to_novel`: splits `base` and `novel`, and `target == source`
+  (the model trained on the base classes of a dataset, tested on that dataset);
+  `label` indexes the dataset's full class list.
+- protocols `cross_dataset` and `domain_generalization`: split `all`; a row
+  with `target == source` is the source dataset itself, averages leave it out.
+- `0 <= correct <= total`, `total >= 1`, no class counted twice.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from dear.errors import DearError
+from dear.io import read_parquet, write_parquet
+
+EVAL_SCHEMA = pa.schema([
+    pa.field("method", pa.string()),      # zeroshot | coop | dear_nomask | dear | ...
+    pa.field("source", pa.string()),      # dataset the model was trained on
+    pa.field("seed", pa.int64()),         # few-shot seed of the run
+    pa.field("protocol", pa.string()),    # one of PROTOCOLS
+    pa.field("target", pa.string()),      # dataset evaluated
+    pa.field("split", pa.string()),       # base | novel | all
+    pa.field("label", pa.int32()),        # class index within the evaluated class list
+    pa.field("classname", pa.string()),
+    pa.field("correct", pa.int64()),      # test images of this class predicted right
+    pa.field("total", pa.int64()),        # test images of this class
+])
+
+PROTOCOLS = ("base_to_novel", "cross_dataset", "domain_generalization")
+SPLITS_OF = {"base_to_novel": ("base", "novel"), "cross_dataset": ("all",), "domain_generalization": ("all",)}
+RUN_KEY = ["method", "source", "seed"]
+CELL_KEY = RUN_KEY + ["protocol", "target"]           # one model on one evaluated dataset
+SPLIT_KEY = CELL_KEY + ["split"]
+
+
+# --- checking ------------------------------------------------------------------
+
+def check_eval(frame: pd.DataFrame, where: str | os.PathLike) -> None:
+    """Raise a one-line `DearError` naming `where` if `frame` breaks the contract above."""
+    nulls = [name for name in EVAL_SCHEMA.names if frame[name].isna().any()]
+    if nulls:
+        _fail(where, f"empty values in columns {nulls}")
+    if frame.empty:
+        _fail(where, "no rows")
+    bad_protocol = sorted(set(frame["protocol"]) - set(PROTOCOLS))
+    if bad_protocol:
+        _fail(where, f"unknown protocol {bad_protocol[0]!r} (expected one of {', '.join(PROTOCOLS)})")
+    for protocol, rows in frame.groupby("protocol", sort=True):
+        bad_split = sorted(set(rows["split"]) - set(SPLITS_OF[protocol]))
+        if bad_split:
+            _fail(where, f"split {bad_split[0]!r} in protocol {protocol} (expected {' | '.join(SPLITS_OF[protocol])})")
+    b2n = frame[frame["protocol"] == "base_to_novel"]
+    if (b2n["source"] != b2n["target"]).any():
+        row = b2n[b2n["source"] != b2n["target"]].iloc[0]
+        _fail(where, f"base_to_novel row with source {row['source']!r} != target {row['target']!r}")
+    if (frame["total"] < 1).any() or (frame["correct"] < 0).any() or (frame["correct"] > frame["total"]).any():
+        _fail(where, "counts out of range (need 0 <= correct <= total and total >= 1)")
+    duplicated = frame.duplicated(SPLIT_KEY + ["label"])
+    if duplicated.any():
+        row = frame[duplicated].iloc[0]
+        _fail(where, f"class {row['label']} counted twice in {row['method']}/{row['source']}/seed{row['seed']} "
+                     f"{row['protocol']} {row['target']} {row['split']}")
+
+
+def _fail(where: str | os.PathLike, problem: str) -> None:
+    raise DearError(f"{where}: {problem}; rerun `dear evaluate` for this run")
+
+
+# --- writing (evaluate) and reading (report) -----------------------------------
+
+def eval_frame(rows: pa.Table | pd.DataFrame | Iterable[Mapping]) -> pd.DataFrame:
+    """Rows (a table, a frame or dicts) as a frame with exactly EVAL_SCHEMA's columns and types."""
+    if isinstance(rows, pa.Table):
+        table = rows
+    elif isinstance(rows, pd.DataFrame):
+        table = pa.Table.from_pandas(rows, preserve_index=False)
+    else:
+        table = pa.Table.from_pylist(list(rows), schema=EVAL_SCHEMA)
+    missing = [name for name in EVAL_SCHEMA.names if name not in table.schema.names]
+    if missing:
+        raise ValueError(f"eval rows miss columns {missing}")
+    return table.select(EVAL_SCHEMA.names).cast(EVAL_SCHEMA).to_pandas()
+
+
+def write_eval(path: str | os.PathLike, rows: pa.Table | pd.DataFrame | Iterable[Mapping],
+               provenance: dict | None) -> None:
+    """Check `rows` against the contract and write them atomically as `eval.parquet`."""
+    frame = _sorted(eval_frame(rows))
+    check_eval(frame, path)
+    table = pa.Table.from_pandas(frame, schema=EVAL_SCHEMA, preserve_index=False)
+    write_parquet(path, table, EVAL_SCHEMA, provenance)
+
+
+def read_eval(path: str | os.PathLike) -> pd.DataFrame:
+    """One eval.parquet, checked; a bad file is a one-line `DearError` naming it."""
+    frame = read_parquet(path, EVAL_SCHEMA).to_pandas()
+    check_eval(frame, path)
+    return frame
+
+
+def read_evals(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """Several eval.parquet files as one frame, in a canonical row order.
+
+    Each (method, source, seed, protocol, target) must come from exactly one
+    file: two files claiming the same run would otherwise be averaged as if
+    they were two seeds.
+    """
+    frames, owner = [], {}
+    for path in sorted({str(Path(p)) for p in paths}):
+        frame = read_eval(path)
+        for key in frame[CELL_KEY].drop_duplicates().itertuples(index=False, name=None):
+            if key in owner:
+                method, source, seed, protocol, target = key
+                raise DearError(f"{path}: {method}/{source}/seed{seed} {protocol} {target} is also in {owner[key]}; "
+                                "pass each run's eval.parquet once")
+            owner[key] = path
+        frames.append(frame)
+    if not frames:
+        raise DearError("--evals: no eval.parquet given; pass the files written by `dear evaluate`")
+    return _sorted(pd.concat(frames, ignore_index=True))
+
+
+def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
+    """Canonical row order, so sums (and every output) do not depend on file order."""
+    return frame.sort_values(SPLIT_KEY + ["label"], kind="stable").reset_index(drop=True)
+
+
+# --- accuracy from counts ----------------------------------------------------------
+
+def split_accuracy(table: pa.Table | pd.DataFrame) -> pd.DataFrame:
+    """Accuracy (percent) per (method, source, seed, protocol, target, split), from summed counts."""
+    frame = table.to_pandas() if isinstance(table, pa.Table) else table
+    sums = frame.groupby(SPLIT_KEY, sort=True)[["correct", "total"]].sum().reset_index()
+    sums["accuracy"] = 100.0 * sums["correct"] / sums["total"]
+    return sums
+
+
+def harmonic_mean(base, novel):
+    """HM = 2BN / (B + N), element-wise; 0 where both are 0, NaN where either is missing."""
+    base, novel = np.asarray(base, dtype=float), np.asarray(novel, dtype=float)
+    total = base + novel
+    with np.errstate(invalid="ignore", divide="ignore"):
+        hm = np.where(total > 0, 2.0 * base * novel / np.where(total > 0, total, 1.0), 0.0)
+    hm = np.where(np.isnan(total), np.nan, hm)
+    return hm if hm.ndim else float(hm)
+
+
+def seed_accuracy(table: pa.Table | pd.DataFrame) -> pd.DataFrame:
+    """One row per (method, source, seed, protocol, target): columns base, novel, hm, all.
+
+    Columns that do not apply (or whose split is absent) are NaN, never 0;
+    hm is this seed's 2BN/(B+N) from its counts-based accuracies.
+    """
+    accuracy = split_accuracy(table)
+    wide = accuracy.pivot(index=CELL_KEY, columns="split", values="accuracy")
+    wide = wide.reindex(columns=["base", "novel", "all"]).reset_index()
+    wide.columns.name = None
+    wide["hm"] = harmonic_mean(wide["base"], wide["novel"])
+    return wide[CELL_KEY + ["base", "novel", "hm", "all"]]
+
+
+def run_metrics(table: pa.Table | pd.DataFrame, digits: int = 4) -> dict:
+    """A run's metrics.json (one method, source and seed), nested for `dvc metrics show`.
+
+    {"base_to_novel": {target: {"base", "novel", "hm"}},
+     "cross_dataset" | "domain_generalization": {target: {"accuracy"}}}
+    Values are percentages rounded to `digits` for display only; missing is null.
+    """
+    frame = table.to_pandas() if isinstance(table, pa.Table) else table
+    runs = frame[RUN_KEY].drop_duplicates()
+    if len(runs) != 1:
+        raise ValueError(f"run_metrics needs the rows of one run, got {len(runs)} (method, source, seed)")
+    metrics: dict = {}
+    for row in seed_accuracy(frame).itertuples(index=False):
+        if row.protocol == "base_to_novel":
+            values = {"base": row.base, "novel": row.novel, "hm": row.hm}
+        else:
+            values = {"accuracy": row.all}
+        metrics.setdefault(row.protocol, {})[row.target] = {key: _rounded(v, digits) for key, v in values.items()}
+    return metrics
+
+
+def _rounded(value: float, digits: int) -> float | None:
+    return None if value is None or math.isnan(value) else round(float(value), digits)

@@ -1,0 +1,170 @@
+"""`dear report`: every eval table aggregated into the paper's tables, pictures and DVC metrics.
+
+Reads the eval.parquet files given (schema in `dear.results`), the train logs
+and the head-role heatmaps, checks all of them, computes everything in
+memory, and only then writes into the output folder:
+
+    results.md, results.csv        tables per protocol (dear.report.tables / markdown)
+    metrics.json                   averages per protocol and method, for `dvc metrics/exp show`
+    provenance.json                params, input hashes and versions behind the report
+    base_novel.png, loss_curves.png, roles/<dataset>.png
+    plots/base_novel.csv, plots/transfer.csv, plots/loss.csv   data of `dvc plots`
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from dear.errors import DearError
+from dear.io import provenance, write_bytes, write_json
+from dear.params import Params
+from dear.report import markdown, plots, tables
+from dear.report.train_logs import read_train_logs
+from dear.results import read_evals, seed_accuracy
+
+log = logging.getLogger("dear.report")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+METRIC_DIGITS = 4
+
+
+@dataclass(frozen=True)
+class Inputs:
+    evals: list[Path]                                       # eval.parquet of every run to report
+    train_logs: list[Path] = field(default_factory=list)    # train_log.parquet (runs/<method>/<ds>/seed<S>/)
+    roles: list[Path] = field(default_factory=list)         # roles/<dataset>/heatmap.png
+
+
+@dataclass(frozen=True)
+class Outputs:
+    folder: Path  # gets the files listed in the module docstring
+
+
+def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
+    conventions = tables.Conventions(methods=list(params.report.methods), seeds=list(params.data.seeds),
+                                     ddof=params.report.std_ddof, std_warning=params.report.std_warning)
+    evals = read_evals(inputs.evals)
+    logs = read_train_logs(inputs.train_logs)
+    heatmaps = read_heatmaps(inputs.roles)
+    results = tables.aggregate(seed_accuracy(evals), conventions)
+
+    page = markdown.Page(decimals=params.report.decimals, methods=conventions.methods, seeds=conventions.seeds,
+                         ddof=conventions.ddof, std_warning=conventions.std_warning, n_evals=len(set(inputs.evals)),
+                         reference=params.report.reference, heatmaps=[f"roles/{name}.png" for name in heatmaps],
+                         has_loss=True)
+    files = {
+        "results.md": markdown.render(results, page).encode(),
+        "results.csv": _csv(results),
+        "base_novel.png": plots.base_novel_png(results, conventions.methods, params.report.dpi),
+        "loss_curves.png": plots.loss_png(logs, conventions.methods, params.report.loss_smoothing,
+                                          params.report.dpi),
+        "plots/base_novel.csv": _csv(base_novel_data(results)),
+        "plots/transfer.csv": _csv(transfer_data(results)),
+        "plots/loss.csv": _csv(logs),
+    }
+    files.update({f"roles/{name}.png": data for name, data in heatmaps.items()})
+    record = provenance({"report": params.report, "seeds": params.data.seeds}, inputs=_input_paths(inputs))
+
+    for name, data in files.items():
+        write_bytes(outputs.folder / name, data)
+    write_json(outputs.folder / "metrics.json", metrics(results))
+    write_json(outputs.folder / "provenance.json", {"provenance": record})
+    _remove_stale_heatmaps(outputs.folder / "roles", set(heatmaps))
+    _log_summary(results, outputs.folder)
+
+
+def read_heatmaps(paths: list[Path]) -> dict[str, bytes]:
+    """{dataset: PNG bytes} from roles/<dataset>/heatmap.png, checked before anything is written."""
+    found: dict[str, bytes] = {}
+    for path in sorted({Path(p) for p in paths}):
+        if not path.is_file():
+            raise DearError(f"{path}: heatmap not found; run `dear profile` for this dataset or leave it out of --roles")
+        data = path.read_bytes()
+        if not data.startswith(PNG_SIGNATURE):
+            raise DearError(f"{path}: not a PNG file; rerun `dear profile` for this dataset")
+        name = path.parent.name
+        if name in found:
+            raise DearError(f"{path}: a second heatmap for dataset {name!r}; pass one roles/<dataset>/heatmap.png each")
+        found[name] = data
+    return found
+
+
+def metrics(results: pd.DataFrame) -> dict:
+    """Averages per protocol and method, nested for `dvc metrics show` / `dvc exp show`.
+
+    base_to_novel.<method>.{base, novel, hm, seeds}: the Average row;
+    cross_dataset|domain_generalization.<method>.<source>.{source, average, seeds}.
+    Missing numbers are null, never 0.
+    """
+    out: dict = {}
+    averages = results[results["row"] == "average"]
+    for row in averages[averages["protocol"] == "base_to_novel"].itertuples(index=False):
+        entry = out.setdefault("base_to_novel", {}).setdefault(row.method, {})
+        entry[row.metric] = _rounded(row.mean)
+        entry["seeds"] = min(entry.get("seeds", row.n_seeds), row.n_seeds)
+    for protocol in ("cross_dataset", "domain_generalization"):
+        for row in averages[averages["protocol"] == protocol].itertuples(index=False):
+            own = results[(results["protocol"] == protocol) & (results["source"] == row.source)
+                          & (results["method"] == row.method) & (results["dataset"] == row.source)]
+            out.setdefault(protocol, {}).setdefault(row.method, {})[row.source] = {
+                "source": _rounded(own["mean"].iloc[0]) if len(own) else None,
+                "average": _rounded(row.mean),
+                "seeds": int(row.n_seeds),
+            }
+    return out
+
+
+def base_novel_data(results: pd.DataFrame) -> pd.DataFrame:
+    """plots/base_novel.csv: method, dataset, base, novel, hm, run (one row per dataset and method)."""
+    rows = results[results["protocol"] == "base_to_novel"]
+    wide = rows.pivot_table(index=["dataset", "method"], columns="metric", values="mean", sort=False, dropna=False)
+    wide = wide.reindex(columns=list(tables.B2N_METRICS)).reset_index()
+    wide["run"] = wide["method"] + " · " + wide["dataset"]
+    return wide[["method", "dataset", "base", "novel", "hm", "run"]]
+
+
+def transfer_data(results: pd.DataFrame) -> pd.DataFrame:
+    """plots/transfer.csv: protocol, method, source, target, accuracy, run."""
+    rows = results[results["protocol"] != "base_to_novel"]
+    data = pd.DataFrame({"protocol": rows["protocol"], "method": rows["method"], "source": rows["source"],
+                         "target": rows["dataset"], "accuracy": rows["mean"]})
+    data["run"] = data["method"] + " · " + data["source"] + " → " + data["target"]
+    return data.reset_index(drop=True)
+
+
+def _csv(frame: pd.DataFrame) -> bytes:
+    return frame.to_csv(index=False, float_format="%.6f", lineterminator="\n").encode()
+
+
+def _rounded(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else round(float(value), METRIC_DIGITS)
+
+
+def _input_paths(inputs: Inputs) -> dict[str, Path]:
+    named = {}
+    for kind, paths in (("eval", inputs.evals), ("train_log", inputs.train_logs), ("roles", inputs.roles)):
+        named.update({f"{kind}:{path}": Path(path) for path in sorted({str(p) for p in paths})})
+    return named
+
+
+def _remove_stale_heatmaps(folder: Path, current: set[str]) -> None:
+    """Drop roles/<ds>.png of datasets no longer given, so the folder shows this run only."""
+    for path in sorted(folder.glob("*.png")) if folder.is_dir() else []:
+        if path.stem not in current:
+            path.unlink()
+
+
+def _log_summary(results: pd.DataFrame, folder: Path) -> None:
+    for row in results[results["std_warning"]].itertuples(index=False):
+        log.warning("seeds disagree: %s %s %s %s std %.2f points over %d seeds",
+                    row.protocol, row.dataset, row.method, row.metric, row.std, row.n_seeds)
+    averages = results[(results["row"] == "average") & (results["metric"].isin(["hm", "accuracy"]))]
+    for row in averages.itertuples(index=False):
+        shown = "missing" if math.isnan(row.mean) else f"{row.mean:.2f}"
+        where = row.protocol if row.protocol == "base_to_novel" else f"{row.protocol} from {row.source}"
+        log.info("%s %s average %s: %s (n=%d)", where, row.method, row.metric, shown, row.n_seeds)
+    log.info("report written to %s (results.md, results.csv, metrics.json, pictures)", folder)

@@ -1,0 +1,333 @@
+"""`dear report`: hand-made eval tables in, the hand-computed paper tables out.
+
+The world below: methods zeroshot, coop and dear (dear_nomask is listed in
+params but has no eval table), seeds 1-3 expected. Every split has 4 classes
+of 25 test images, so `correct` out of 100 is the accuracy in percent.
+coop's base-to-novel seed 3 is missing, and so is dear's cross-dataset seed 3
+on dsC. All expected numbers below are worked out by hand in the comments.
+"""
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from PIL import Image
+from typer.testing import CliRunner
+
+from dear.cli import app
+from dear.results import EVAL_SCHEMA, write_eval
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = (1, 2, 3)
+
+# base-to-novel: {(method, dataset): {seed: (base %, novel %)}}
+B2N = {
+    ("zeroshot", "dsA"): {s: (70, 75) for s in SEEDS},
+    ("coop", "dsA"): {1: (90, 50), 2: (80, 60)},                      # seed 3 missing
+    ("dear", "dsA"): {1: (80, 60), 2: (85, 60), 3: (90, 60)},
+    ("zeroshot", "dsB"): {s: (60, 65) for s in SEEDS},
+    ("coop", "dsB"): {s: (80, 40) for s in SEEDS},
+    ("dear", "dsB"): {s: (85, 55) for s in SEEDS},
+}
+# transfer protocols from dsA: {(protocol, method): {seed: {target: %}}}
+TRANSFER = {
+    ("cross_dataset", "zeroshot"): {s: {"dsA": 72, "dsB": 62, "dsC": 50} for s in SEEDS},
+    ("cross_dataset", "coop"): {s: {"dsA": 90, "dsB": 55, "dsC": 45} for s in SEEDS},
+    ("cross_dataset", "dear"): {1: {"dsA": 88, "dsB": 60, "dsC": 52}, 2: {"dsA": 88, "dsB": 60, "dsC": 54},
+                                3: {"dsA": 88, "dsB": 60}},                       # dsC seed 3 missing
+    ("domain_generalization", "zeroshot"): {s: {"dsA_sketch": 40} for s in SEEDS},
+    ("domain_generalization", "coop"): {s: {"dsA_sketch": 35} for s in SEEDS},
+    ("domain_generalization", "dear"): {s: {"dsA_sketch": 42} for s in SEEDS},
+}
+
+EXPECTED_B2N = """\
+| Dataset | Method | Base | Novel | HM | n |
+| --- | --- | --- | --- | --- | --- |
+| dsA | zeroshot | 70.00 ± 0.00 | 75.00 ± 0.00 | 72.41 ± 0.00 | 3 |
+| dsA | coop | 85.00 ± 7.07 | 55.00 ± 7.07 | 66.43 ± 3.03 | 2 (no seed 3) |
+| dsA | dear_nomask | — | — | — | 0 |
+| dsA | dear | 85.00 ± 5.00 | 60.00 ± 0.00 | 70.31 ± 1.71 | 3 |
+| dsB | zeroshot | 60.00 ± 0.00 | 65.00 ± 0.00 | 62.40 ± 0.00 | 3 |
+| dsB | coop | 80.00 ± 0.00 | 40.00 ± 0.00 | 53.33 ± 0.00 | 3 |
+| dsB | dear_nomask | — | — | — | 0 |
+| dsB | dear | 85.00 ± 0.00 | 55.00 ± 0.00 | 66.79 ± 0.00 | 3 |
+| **Average** (2 datasets) | zeroshot | 65.00 ± 0.00 | 70.00 ± 0.00 | 67.41 ± 0.00 | 3 |
+| **Average** (2 datasets) | coop | 82.50 ± 3.54 | 47.50 ± 3.54 | 60.29 ± 1.90 | 2 (no seed 3) |
+| **Average** (2 datasets) | dear_nomask | — | — | — | 0 |
+| **Average** (2 datasets) | dear | 85.00 ± 2.50 | 57.50 ± 0.00 | 68.60 ± 0.81 | 3 |
+"""
+# By hand:
+# dsA coop HM per seed: 2*90*50/140 = 64.286, 2*80*60/140 = 68.571 -> mean 66.43, std 4.286/sqrt(2) = 3.03
+# dsA dear HM per seed: 480/7 = 68.571, 2040/29 = 70.345, 72 -> mean 70.31, sample std 1.71
+# Average dear: Base (85+85)/2 = 85, Novel (60+55)/2 = 57.5, HM of those = 9775/142.5 = 68.60
+#   (the mean of the two dataset HMs would be (70.31+66.79)/2 = 68.55: the conventions differ)
+#   per-seed averages: Base 82.5, 85, 87.5 (std 2.50); HM 67.768, 68.596, 69.397 (std 0.81)
+# Average coop: only seeds 1, 2 are in both datasets: Base 85, 80; Novel 45, 50 (std 3.54 each);
+#   mean Base (85 + 80)/2 = 82.5 and Novel (55+40)/2 = 47.5 -> HM 7837.5/130 = 60.29;
+#   per-seed HM 2*85*45/130 = 58.846, 2*80*50/130 = 61.538 -> std 1.90
+
+EXPECTED_CROSS = """\
+| Method | dsA (source) | dsB | dsC | Average of targets | n |
+| --- | --- | --- | --- | --- | --- |
+| zeroshot | 72.00 ± 0.00 | 62.00 ± 0.00 | 50.00 ± 0.00 | 56.00 ± 0.00 | 3 |
+| coop | 90.00 ± 0.00 | 55.00 ± 0.00 | 45.00 ± 0.00 | 50.00 ± 0.00 | 3 |
+| dear_nomask | — | — | — | — | 0 |
+| dear | 88.00 ± 0.00 | 60.00 ± 0.00 | 53.00 ± 1.41 | 56.50 ± 0.71 | 2–3 (no seed 3) |
+"""
+# dear dsC: 52, 54 -> 53 ± 1.41; its average (60 + 53)/2 = 56.5; per-seed averages 56, 57 -> std 0.71
+
+EXPECTED_DG = """\
+| Method | dsA_sketch | Average of targets | n |
+| --- | --- | --- | --- |
+| zeroshot | 40.00 ± 0.00 | 40.00 ± 0.00 | 3 |
+| coop | 35.00 ± 0.00 | 35.00 ± 0.00 | 3 |
+| dear_nomask | — | — | 0 |
+| dear | 42.00 ± 0.00 | 42.00 ± 0.00 | 3 |
+"""
+
+EXPECTED_METRICS = {
+    "base_to_novel": {
+        "zeroshot": {"base": 65.0, "novel": 70.0, "hm": 67.4074, "seeds": 3},      # 9100/135
+        "coop": {"base": 82.5, "novel": 47.5, "hm": 60.2885, "seeds": 2},          # 7837.5/130
+        "dear_nomask": {"base": None, "novel": None, "hm": None, "seeds": 0},
+        "dear": {"base": 85.0, "novel": 57.5, "hm": 68.5965, "seeds": 3},          # 9775/142.5
+    },
+    "cross_dataset": {
+        "zeroshot": {"dsA": {"source": 72.0, "average": 56.0, "seeds": 3}},
+        "coop": {"dsA": {"source": 90.0, "average": 50.0, "seeds": 3}},
+        "dear_nomask": {"dsA": {"source": None, "average": None, "seeds": 0}},
+        "dear": {"dsA": {"source": 88.0, "average": 56.5, "seeds": 2}},
+    },
+    "domain_generalization": {
+        "zeroshot": {"dsA": {"source": None, "average": 40.0, "seeds": 3}},
+        "coop": {"dsA": {"source": None, "average": 35.0, "seeds": 3}},
+        "dear_nomask": {"dsA": {"source": None, "average": None, "seeds": 0}},
+        "dear": {"dsA": {"source": None, "average": 42.0, "seeds": 3}},
+    },
+}
+
+
+def split_rows(method, source, seed, protocol, target, split, percent, first_label=0):
+    """4 classes x 25 images with `percent` correct in all (spread over the classes)."""
+    correct = [percent // 4 + (index < percent % 4) for index in range(4)]
+    return [dict(method=method, source=source, seed=seed, protocol=protocol, target=target, split=split,
+                 label=first_label + index, classname=f"class{first_label + index}", correct=c, total=25)
+            for index, c in enumerate(correct)]
+
+
+def make_world(root: Path) -> list[Path]:
+    """Write the eval.parquet files of the world above; returns their paths."""
+    runs: dict[tuple, list] = {}
+    for (method, dataset), by_seed in B2N.items():
+        for seed, (base, novel) in by_seed.items():
+            rows = runs.setdefault((method, dataset, seed), [])
+            rows += split_rows(method, dataset, seed, "base_to_novel", dataset, "base", base)
+            rows += split_rows(method, dataset, seed, "base_to_novel", dataset, "novel", novel, first_label=4)
+    for (protocol, method), by_seed in TRANSFER.items():
+        for seed, by_target in by_seed.items():
+            for target, percent in by_target.items():
+                rows = runs.setdefault((method, "dsA", seed), [])
+                rows += split_rows(method, "dsA", seed, protocol, target, "all", percent)
+    paths = []
+    for (method, dataset, seed), rows in sorted(runs.items()):
+        paths.append(root / "runs" / method / dataset / f"seed{seed}" / "eval.parquet")
+        write_eval(paths[-1], rows, provenance={"seed": seed})
+    return paths
+
+
+def make_train_logs(root: Path) -> list[Path]:
+    """dear logs its four loss terms and alpha; coop only cross-entropy, plus an unknown column."""
+    paths = []
+    for method, seed, terms in (("dear", 1, ["loss_ce", "loss_img", "loss_txt", "loss_fus"]),
+                                ("dear", 2, ["loss_ce", "loss_img", "loss_txt", "loss_fus"]),
+                                ("coop", 1, ["loss_ce"])):
+        steps = list(range(12))
+        table = {"step": steps, "epoch": [s // 4 for s in steps], "loss": [3.0 / (1 + s + seed) for s in steps],
+                 "lr": [1.0e-3] * 12, "seconds": [0.1 * s for s in steps]}
+        table.update({term: [1.0 / (1 + s) for s in steps] for term in terms})
+        table["alpha_0" if method == "dear" else "extra_column"] = [0.7] * 12
+        paths.append(root / "runs" / method / "dsA" / f"seed{seed}" / "train_log.parquet")
+        paths[-1].parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table(table), paths[-1])
+    return paths
+
+
+def make_heatmap(root: Path, dataset: str) -> Path:
+    path = root / "roles" / dataset / "heatmap.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (8, 6), (200, 30, 30)).save(path)
+    return path
+
+
+def write_params(root: Path, **report) -> Path:
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["data"]["seeds"] = list(SEEDS)
+    params["report"].update(methods=["zeroshot", "coop", "dear_nomask", "dear"], std_ddof=1, std_warning=2.0,
+                            decimals=2, reference=True, loss_smoothing=3, dpi=50)
+    params["report"].update(report)
+    path = root / f"params-{len(list(root.glob('params-*')))}.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
+def invoke(params: Path, out: Path, evals, logs=(), roles=()):
+    args = ["report", "--params", str(params), "--out", str(out), "--evals", *map(str, evals)]
+    if logs:
+        args += ["--train-logs", *map(str, logs)]
+    if roles:
+        args += ["--roles", *map(str, roles)]
+    return CliRunner().invoke(app, args)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("world")
+    evals, logs, roles = make_world(root), make_train_logs(root), [make_heatmap(root, "dsA")]
+    params = write_params(root)
+    result = invoke(params, root / "report", evals, logs, roles)
+    assert result.exit_code == 0, result.output
+    return {"root": root, "evals": evals, "logs": logs, "roles": roles, "params": params, "out": root / "report"}
+
+
+def table_after(markdown: str, heading: str) -> str:
+    """The first markdown table after `heading`."""
+    section = markdown.split(heading, 1)[1]
+    lines = section.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join(lines[start:end]) + "\n"
+
+
+def test_report_matches_the_hand_computed_tables(world):
+    markdown = (world["out"] / "results.md").read_text()
+    assert table_after(markdown, "## Base-to-novel") == EXPECTED_B2N
+    assert table_after(markdown, "## Cross-dataset") == EXPECTED_CROSS
+    assert table_after(markdown, "## Domain generalization") == EXPECTED_DG
+    assert "takes the HM of those two averages (the papers' convention)" in markdown
+
+
+def test_metrics_json_holds_the_averages_with_missing_as_null(world):
+    assert json.loads((world["out"] / "metrics.json").read_text()) == EXPECTED_METRICS
+
+
+def test_results_csv_keeps_missing_seeds_and_methods_missing_not_zero(world):
+    csv = pd.read_csv(world["out"] / "results.csv", keep_default_na=False, na_values=[""])
+    coop_dsa = csv[(csv["protocol"] == "base_to_novel") & (csv["dataset"] == "dsA") & (csv["method"] == "coop")]
+    assert set(coop_dsa["n_seeds"]) == {2} and set(coop_dsa["missing_seeds"].astype(str)) == {"3"}
+    assert coop_dsa["seed3"].isna().all() and not coop_dsa["seed1"].isna().any()
+    nomask = csv[csv["method"] == "dear_nomask"]
+    assert len(nomask) > 0 and nomask["mean"].isna().all() and (nomask["n_seeds"] == 0).all()
+    assert not (csv["mean"] == 0).any()
+    dear_hm = csv[(csv["dataset"] == "dsA") & (csv["method"] == "dear") & (csv["metric"] == "hm")].iloc[0]
+    assert [dear_hm["seed1"], dear_hm["seed2"], dear_hm["seed3"]] == pytest.approx([480 / 7, 2040 / 29, 72.0],
+                                                                                   abs=1e-6)
+
+
+def test_reference_numbers_are_a_separate_labelled_block(world):
+    markdown = (world["out"] / "results.md").read_text()
+    measured, reference = markdown.split("## Reference: published numbers (not measured here)")
+    assert "85.94" in reference and "MMRL" in reference
+    assert "85.94" not in measured and "MMRL" not in measured
+
+
+def test_std_warning_fires_above_the_threshold_only(world):
+    markdown = (world["out"] / "results.md").read_text()
+    warnings = [line for line in markdown.splitlines() if line.startswith("- **seeds disagree**")]
+    # above 2.0 points: coop dsA base/novel (7.07) and HM (3.03), dear dsA base (5.00); averages are not flagged
+    assert [w.split(": ")[1] for w in warnings] == [
+        "base_to_novel · dsA · coop · base", "base_to_novel · dsA · coop · novel",
+        "base_to_novel · dsA · coop · hm", "base_to_novel · dsA · dear · base"]
+    assert "seeds: 1: 80.00, 2: 85.00, 3: 90.00" in warnings[-1]
+    for threshold, flagged_dear_base in ((5.0, False), (4.99, True)):   # dear dsA base std is exactly 5.00
+        root = world["root"]
+        out = root / f"report-{threshold}"
+        assert invoke(write_params(root, std_warning=threshold), out, world["evals"]).exit_code == 0
+        text = (out / "results.md").read_text()
+        assert ("dsA · dear · base" in text) is flagged_dear_base
+        assert "dsA · coop · base" in text and "dsA · coop · hm" not in text
+
+
+def test_pictures_plots_data_and_heatmap_copy(world):
+    out = world["out"]
+    for name in ("base_novel.png", "loss_curves.png"):
+        image = Image.open(io.BytesIO((out / name).read_bytes()))
+        assert image.format == "PNG" and image.size[0] > 200
+        assert "Software" not in image.info
+    assert (out / "roles" / "dsA.png").read_bytes() == world["roles"][0].read_bytes()
+    assert "![Head roles: roles/dsA.png](roles/dsA.png)" in (out / "results.md").read_text()
+    bars = pd.read_csv(out / "plots" / "base_novel.csv")
+    assert list(bars.columns) == ["method", "dataset", "base", "novel", "hm", "run"]
+    dear_avg = bars[(bars["method"] == "dear") & (bars["dataset"] == "Average")].iloc[0]
+    assert dear_avg["hm"] == pytest.approx(68.596491, abs=1e-6)
+    loss = pd.read_csv(out / "plots" / "loss.csv")
+    assert list(loss.columns[:6]) == ["method", "dataset", "seed", "run", "step", "loss"]
+    assert {"loss_ce", "loss_fus"} <= set(loss.columns) and "extra_column" not in loss.columns
+    assert loss[loss["method"] == "coop"]["loss_fus"].isna().all()
+    assert len(loss) == 36
+    transfer = pd.read_csv(out / "plots" / "transfer.csv")
+    assert set(transfer["protocol"]) == {"cross_dataset", "domain_generalization"}
+
+
+def test_outputs_are_byte_identical_for_the_same_inputs_in_any_order(world):
+    out = world["root"] / "report-again"
+    result = invoke(world["params"], out, world["evals"][::-1], world["logs"][::-1], world["roles"])
+    assert result.exit_code == 0, result.output
+    for name in ("results.md", "results.csv", "metrics.json", "base_novel.png", "loss_curves.png",
+                 "plots/base_novel.csv", "plots/loss.csv", "plots/transfer.csv", "roles/dsA.png"):
+        assert (out / name).read_bytes() == (world["out"] / name).read_bytes(), name
+
+
+def _one_line_error(result, *needles):
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_eval_table_missing_a_column_fails_naming_the_file(world, tmp_path):
+    bad = tmp_path / "runs" / "dear" / "dsB" / "seed9" / "eval.parquet"
+    bad.parent.mkdir(parents=True)
+    rows = split_rows("dear", "dsB", 9, "base_to_novel", "dsB", "base", 50)
+    pq.write_table(pa.Table.from_pylist(rows, schema=EVAL_SCHEMA).drop_columns(["total"]), bad)
+    out = tmp_path / "report"
+    _one_line_error(invoke(world["params"], out, world["evals"] + [bad]), str(bad), "missing columns ['total']")
+    assert not out.exists()
+
+
+def test_two_files_claiming_the_same_run_fail_naming_both(world, tmp_path):
+    copy = tmp_path / "elsewhere" / "eval.parquet"
+    copy.parent.mkdir()
+    shutil.copy(world["evals"][0], copy)
+    out = tmp_path / "report"
+    _one_line_error(invoke(world["params"], out, world["evals"] + [copy]), str(copy), str(world["evals"][0]))
+    assert not out.exists()
+
+
+def test_bad_heatmap_and_train_log_fail_before_writing(world, tmp_path):
+    not_png = tmp_path / "roles" / "dsA" / "heatmap.png"
+    not_png.parent.mkdir(parents=True)
+    not_png.write_text("not an image")
+    out = tmp_path / "report"
+    _one_line_error(invoke(world["params"], out, world["evals"], roles=[not_png]), str(not_png), "not a PNG")
+    no_loss = tmp_path / "runs" / "coop" / "dsA" / "seed2" / "train_log.parquet"
+    no_loss.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"step": [0, 1]}), no_loss)
+    _one_line_error(invoke(world["params"], out, world["evals"], logs=[no_loss]), str(no_loss), "['loss']")
+    assert not out.exists()
+
+
+def test_no_eval_tables_and_stray_arguments_are_refused(world, tmp_path):
+    out = tmp_path / "report"
+    _one_line_error(invoke(world["params"], out, []), "--evals")
+    result = CliRunner().invoke(app, ["report", "--params", str(world["params"]), "--out", str(out), "stray.parquet"])
+    assert result.exit_code == 2 and "unexpected argument 'stray.parquet'" in result.output
+    result = CliRunner().invoke(app, ["report", "--params", str(world["params"]), "--out", str(out), "--evalz", "a"])
+    assert result.exit_code == 2 and "no such option: --evalz" in result.output
+    assert not out.exists()
