@@ -6,8 +6,13 @@ configfile: "params.yaml"
 validate(config, "workflow/schemas/params.schema.yaml")
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/world.smk"
 include: "workflow/rules/prepare.smk"
+include: "workflow/rules/profile.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
 
 rule all:
     input:
-        expand("data/{dataset}/manifest.parquet", dataset=DATASETS),
+        "report/results.md",

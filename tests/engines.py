@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import shutil
 import subprocess
 import sys
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +39,7 @@ def make_project(folder: Path, params_text: str) -> Path:
             shutil.copy2(source, folder / name)
     (folder / "params.yaml").write_text(params_text)
     run(["dvc", "init", "--no-scm", "-q"], folder)
-    shutil.copy2(ROOT / ".dvc" / "config", folder / ".dvc" / "config")
+    (folder / ".dvc" / "config").write_text("[core]\n    no_scm = True\n    analytics = false\n    check_update = false\n")
     return folder
 
 
@@ -54,15 +51,20 @@ def run(command: list[str], cwd: Path, timeout: int = 600) -> subprocess.Complet
 
 
 def snakemake_graph(project: Path, targets: list[str] = ()) -> dict[str, Step]:
-    """{shell command: Step} from `snakemake --detailed-summary` (one row per output file)."""
-    summary = run([str(BIN / "snakemake"), "--detailed-summary", "--cores", "1", *targets], project).stdout
-    rows = csv.DictReader(io.StringIO(summary[summary.index("output_file"):]), delimiter="\t")
-    steps: dict[str, Step] = defaultdict(Step)
-    for row in rows:
-        step = steps[" ".join(row["shellcmd"].split())]
-        step.outs.add(row["output_file"])
-        step.deps.update(path for path in row["input-file(s)"].split(",") if path and path != "-")
-    return dict(steps)
+    """{shell command: Step} of every job, parsed from `snakemake -n -p -F` (the full DAG, nothing run)."""
+    text = run([str(BIN / "snakemake"), "-n", "-p", "-F", "--cores", "1", *targets], project).stdout
+    steps: dict[str, Step] = {}
+    for block in text.split("\nrule ")[1:]:
+        fields = {}
+        for line in block.splitlines():
+            key, sep, value = line.strip().partition(": ")
+            if sep:
+                fields.setdefault(key, value)
+        if fields.get("Shell command", "None") == "None":  # the `all` target
+            continue
+        paths = lambda key: {path for path in fields.get(key, "").split(", ") if path}
+        steps[" ".join(fields["Shell command"].split())] = Step(deps=paths("input"), outs=paths("output"))
+    return steps
 
 
 def dvc_graph(project: Path) -> dict[str, Step]:

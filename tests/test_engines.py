@@ -13,8 +13,10 @@ def test_both_engines_declare_the_same_commands_deps_and_outs(tmp_path):
         s, d = snake[command], dvc[command]
         for kind in ("deps", "outs"):
             mine, theirs = getattr(s, kind), getattr(d, kind)
-            assert all(covered(path, theirs) for path in mine), f"{command}: Snakemake {kind} not in dvc.yaml"
-            assert all(any(covered(path, {other}) for path in mine) for other in theirs), f"{command}: dvc.yaml {kind} not in Snakemake"
+            only_snakemake = sorted(path for path in mine if not covered(path, theirs))
+            only_dvc = sorted(other for other in theirs if not any(covered(path, {other}) for path in mine))
+            assert not only_snakemake, f"{command}: Snakemake {kind} missing from dvc.yaml: {only_snakemake}"
+            assert not only_dvc, f"{command}: dvc.yaml {kind} missing from the Snakefile: {only_dvc}"
 
 
 def test_every_stage_depends_on_the_code_it_runs(tmp_path):

@@ -1,0 +1,129 @@
+"""`dear evaluate`: counts of correct test predictions, per class, for the paper's protocols.
+
+- base-to-novel (a model trained on a dataset's base classes): its test split,
+  base classes with the fused logits, novel classes with the fused logits or
+  the CLS stream alone (`fusion.novel`);
+- cross-dataset and domain generalization (a model trained on all classes of
+  the source): the source's own test split and every target's, each over the
+  target's own class list - so ImageNet-A/-R are scored on their 200 classes.
+  Classes the model never saw (cross-dataset targets) follow `fusion.novel`;
+  domain-shifted copies of the source's classes use the fused logits.
+
+Images of each target are encoded once; text features once per class list.
+Writes `eval.parquet` (dear.results.EVAL_SCHEMA: correct, total per class)
+and `metrics.json` (percentages for DVC, computed from those counts).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from dear import evaluation
+from dear.data.manifest import read_manifest
+from dear.errors import DearError
+from dear.io import provenance, read_json, write_json
+from dear.model.clip import load_backbone
+from dear.model.trained import load_trained, read_trained
+from dear.params import Params
+from dear.results import eval_frame, run_metrics, write_eval
+from dear.train.trainer import resolve_device
+
+log = logging.getLogger("dear.evaluate")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    model: Path  # model.pt of `dear train`
+    fusion: Path  # fusion.json of `dear fuse`
+    backbone: Path
+    roles: Path | None
+    source: Path  # data/<source>: the dataset the model was trained on
+    classes: str  # base: base-to-novel | all: cross-dataset / domain generalization
+    data: Path  # folder of prepared datasets: transfer targets are data/<target> (study.* in params)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    folder: Path  # gets eval.parquet and metrics.json
+
+
+@dataclass(frozen=True)
+class Target:
+    """One evaluated image set: which protocol/split it reports and whether its classes were trained on."""
+
+    protocol: str
+    name: str
+    split: str  # base | novel | all
+    images: evaluation.ImageSet
+    seen: bool
+
+
+def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
+    record = read_trained(inputs.model)
+    alpha = _alpha(inputs.fusion)
+    targets = _targets(params, inputs)  # checks every input before the model is built
+    adapted = load_trained(inputs.model, load_backbone(inputs.backbone), inputs.roles, params)
+    adapted.to(resolve_device(params.train.device))
+    transform = evaluation.eval_transform(adapted, params.train.augmentation)
+    rows, encoded = [], {}
+    for target in targets:
+        key = (target.name, target.split)
+        if key not in encoded:  # the source's own test images serve both transfer protocols
+            encoded[key] = evaluation.encode_images(adapted, target.images, transform, params.evaluate.batch_size,
+                                                    params.train.workers, f"evaluate: {target.name} {target.split}")
+        logits = evaluation.stream_logits(adapted, encoded[key], target.images.classnames)  # [N, K+1, C]
+        use_cls = not target.seen and params.fusion.novel == "cls"
+        fused = logits[:, 0] if use_cls else evaluation.fuse(logits, alpha)  # [N, C]
+        rows += _rows(record, inputs.source.name, target, fused)
+    made_by = provenance({"fusion": params.fusion, "evaluate": params.evaluate},
+                         {"model": inputs.model, "fusion": inputs.fusion}, record["seed"])
+    write_eval(outputs.folder / "eval.parquet", rows, made_by)
+    metrics = run_metrics(eval_frame(rows))
+    write_json(outputs.folder / "metrics.json", metrics)
+    log.info("%s", metrics)
+
+
+def _alpha(path: Path) -> torch.Tensor:
+    fusion = read_json(path)
+    if "alpha" not in fusion:
+        raise DearError(f"{path}: no 'alpha' in this fusion file; rerun `dear fuse`")
+    return torch.tensor(fusion["alpha"], dtype=torch.float32)
+
+
+def _targets(params: Params, inputs: Inputs) -> list[Target]:
+    """What this run is scored on: base/novel of its source, or the source and its transfer targets."""
+    source = read_manifest(inputs.source)
+    name, where = inputs.source.name, inputs.source / "manifest.parquet"
+    if inputs.classes == "base":
+        return [Target("base_to_novel", name, subset, evaluation.image_set(source, source, "test", subset, where),
+                       seen=subset == "base") for subset in ("base", "novel")]
+    own = evaluation.image_set(source, source, "test", "all", where)
+    targets = []
+    transfer = params.study.transfer
+    if transfer.source == name:
+        for protocol, names, seen in (("cross_dataset", transfer.cross_dataset, False),
+                                      ("domain_generalization", transfer.domain_generalization, True)):
+            targets.append(Target(protocol, name, "all", own, seen=True))  # the source itself
+            for target in names:
+                manifest = read_manifest(inputs.data / target)
+                images = evaluation.image_set(manifest, manifest, "test", "all", inputs.data / target / "manifest.parquet")
+                targets.append(Target(protocol, target, "all", images, seen))
+    if not targets:
+        raise DearError(f"--source {inputs.source}: {name} is not study.transfer.source; "
+                        "use --classes base, or set study.transfer.source")
+    return targets
+
+
+def _rows(record: dict, source: str, target: Target, logits: torch.Tensor) -> list[dict]:
+    correct, total = evaluation.per_class_counts(logits, target.images.labels, len(target.images.classnames))
+    return [
+        {"method": record["method"]["name"], "source": source, "seed": record["seed"], "protocol": target.protocol,
+         "target": target.name, "split": target.split, "label": label, "classname": name,
+         "correct": hits, "total": count}
+        for label, (name, hits, count) in enumerate(zip(target.images.classnames, correct, total))
+        if count > 0  # a class without test images is not scored
+    ]

@@ -1,0 +1,83 @@
+"""`dear fuse`: refit the fusion weights α on held-out validation shots (SPEC §6).
+
+The trained network stays frozen. Each stream's logits on the validation
+shots are computed once; then only the K+1 fusion logits w (α = softmax(w))
+are fitted by L-BFGS on the fused cross-entropy - seconds, not minutes.
+Only validation rows of the few-shot table are read: never a test image.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from dear import evaluation
+from dear.data.manifest import read_fewshot, read_manifest
+from dear.io import provenance, write_json
+from dear.model.clip import load_backbone
+from dear.model.trained import load_trained
+from dear.params import Params
+from dear.train.trainer import resolve_device
+
+log = logging.getLogger("dear.fuse")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    model: Path  # model.pt of `dear train`
+    backbone: Path  # folder of `dear backbone`
+    roles: Path | None  # roles.parquet (method dear only)
+    fewshot: Path  # fewshot-seed<S>.parquet: its validation shots are used
+    manifest: Path  # the dataset's manifest (class names)
+    classes: str  # base | all: the class list the model was trained on
+
+
+@dataclass(frozen=True)
+class Outputs:
+    fusion: Path  # fusion.json
+
+
+def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
+    adapted = load_trained(inputs.model, load_backbone(inputs.backbone), inputs.roles, params)
+    adapted.to(resolve_device(params.train.device))
+    val = evaluation.image_set(read_fewshot(inputs.fewshot), read_manifest(inputs.manifest), None, inputs.classes,
+                               inputs.fewshot, fewshot_split="val")
+    features = evaluation.encode_images(adapted, val, evaluation.eval_transform(adapted, params.train.augmentation),
+                                        params.evaluate.batch_size, params.train.workers, "fuse: validation shots")
+    logits = evaluation.stream_logits(adapted, features, val.classnames)  # [N, K+1, C]
+    trained = adapted.alpha.detach().float().cpu()
+    alpha = fit_alpha(logits, val.labels, trained, params.fusion.refit_iterations) \
+        if params.fusion.mode == "refit" and len(trained) > 1 else trained
+    before = evaluation.accuracy(evaluation.fuse(logits, trained), val.labels)
+    after = evaluation.accuracy(evaluation.fuse(logits, alpha), val.labels)
+    log.info("α %s -> %s; validation accuracy %.2f -> %.2f on %d shots", _round(trained), _round(alpha), before, after, len(val))
+    write_json(outputs.fusion, {
+        "alpha": alpha.tolist(), "alpha_trained": trained.tolist(), "mode": params.fusion.mode,
+        "classes": inputs.classes, "n_val": len(val),
+        "val_accuracy_before": before, "val_accuracy_after": after,
+        "provenance": provenance({"fusion": params.fusion}, {"model": inputs.model, "fewshot": inputs.fewshot}),
+    })
+
+
+def fit_alpha(logits: torch.Tensor, labels: list[int], init: torch.Tensor, iterations: int) -> torch.Tensor:
+    """α = softmax(w) minimizing CE(Σ_k α_k s_k, y), from α = `init`. logits: [N, K+1, C]."""
+    w = init.clamp_min(1e-8).log().clone().requires_grad_(True)  # [K+1]
+    target = torch.tensor(labels)
+    optimizer = torch.optim.LBFGS([w], max_iter=iterations, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(evaluation.fuse(logits, w.softmax(0)), target)
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return w.detach().softmax(0)
+
+
+def _round(alpha: torch.Tensor) -> list[float]:
+    return [round(float(a), 3) for a in alpha]

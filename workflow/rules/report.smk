@@ -1,0 +1,29 @@
+# The shell line globs the run folders exactly as dvc.yaml's command does, so
+# both engines run the same command; `input:` names every file for the DAG.
+rule report:
+    """The paper's tables per protocol, pictures and DVC metrics, from every eval table."""
+    input:
+        code=code(*CORE, "dear/stages/report.py", "dear/report", "dear/results.py"),
+        evals=expand("runs/{method}/{dataset}/seed{seed}/eval.parquet", method=METHODS, dataset=B2N, seed=SEEDS),
+        transfer=expand("transfer/{method}/seed{seed}/eval.parquet", method=METHODS, seed=SEEDS),
+        logs=expand("runs/{method}/{dataset}/seed{seed}/train_log.parquet", method=METHODS, dataset=B2N, seed=SEEDS),
+        heatmap=f"roles/{PROFILED}/heatmap.png",
+    output:
+        "report/results.md",
+        "report/results.csv",
+        "report/metrics.json",
+        "report/provenance.json",
+        "report/base_novel.png",
+        "report/loss_curves.png",
+        "report/plots/base_novel.csv",
+        "report/plots/transfer.csv",
+        "report/plots/loss.csv",
+        directory("report/roles"),
+    params:
+        section=section("report", "data"),
+    log:
+        "logs/report.log",
+    shell:
+        "dear report --params params.yaml --out report --log {log}"
+        " --evals runs/*/*/seed*/eval.parquet transfer/*/seed*/eval.parquet"
+        " --train-logs runs/*/*/seed*/train_log.parquet --roles roles/*/heatmap.png"

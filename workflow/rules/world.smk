@@ -1,0 +1,27 @@
+rule world:
+    """Draw the embedded emoji world: every embedded dataset in CoOp's layout."""
+    input:
+        code=code(*CORE, "dear/stages/world.py", "dear/data"),
+    output:
+        card=WORLD,
+    params:
+        section=section("world"),
+    log:
+        "logs/world.log",
+    shell:
+        "dear world --params params.yaml --out world --log {log}"
+
+
+rule backbone:
+    """Train the embedded CLIP (or load real weights) and write its card."""
+    input:
+        code=code(*MODEL, "dear/stages/backbone.py", "dear/data"),
+        world=WORLD,
+    output:
+        BACKBONE,
+    params:
+        section=section("world", "model", "backbone"),
+    log:
+        "logs/backbone.log",
+    shell:
+        "dear backbone --params params.yaml --world world --out backbone --log {log}"
