@@ -58,12 +58,34 @@ def _run_stage(name: str, params: Path, log: Optional[Path], inputs: dict, outpu
         raise typer.Exit(code=1)
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is at the time (test runners swap it)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 def _configure_logging(log: Optional[Path]) -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    """INFO of dear's own loggers to stderr and, with --log, to that file (other libraries stay quiet)."""
+    logger = logging.getLogger("dear")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    handlers: list[logging.Handler] = [_Stderr()]
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log, mode="w"))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", handlers=handlers, force=True)
+    formatter = logging.Formatter("%(asctime)s %(name)s: %(message)s")
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 @app.command()
@@ -75,6 +97,150 @@ def prepare(
 ) -> None:
     """Index a dataset in CoOp's layout: manifest and one few-shot table per seed."""
     _run_stage("prepare", params, log, inputs=dict(dataset=dataset), outputs=dict(folder=out))
+
+
+@app.command()
+def world(
+    out: Path = typer.Option(Path("world"), help="output folder: one CoOp-layout folder per embedded dataset + card.json"),
+    params: Path = ParamsOption,
+    log: Optional[Path] = LogOption,
+) -> None:
+    """Draw the embedded emoji world: every embedded dataset in CoOp's layout, with true attributes."""
+    _run_stage("world", params, log, inputs=dict(), outputs=dict(folder=out))
+
+
+@app.command()
+def backbone(
+    world: Path = typer.Option(Path("world"), "--world", help="folder written by `dear world` (sanity evaluation)"),
+    out: Path = typer.Option(Path("backbone"), help="output folder: model.pt (state dict) and card.json"),
+    params: Path = ParamsOption,
+    log: Optional[Path] = LogOption,
+) -> None:
+    """Make the CLIP backbone (train the embedded one, or load real weights) and its card with zero-shot sanity metrics."""
+    _run_stage("backbone", params, log, inputs=dict(world=world), outputs=dict(folder=out))
+
+
+@app.command()
+def profile(
+    manifest: Path = typer.Option(..., help="manifest.parquet of the profiled dataset (profile.dataset), from `dear prepare`"),
+    out: Path = typer.Option(..., help="output folder: roles.parquet, head_concepts.parquet, head_texts.parquet, heatmap.png, roles.md"),
+    backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
+    params: Path = ParamsOption,
+    log: Optional[Path] = LogOption,
+) -> None:
+    """Profile the image encoder's heads: per-head TextSpan texts, Concept Entropy and roles."""
+    _run_stage("profile", params, log, inputs=dict(backbone=backbone, manifest=manifest), outputs=dict(folder=out))
+
+
+@app.command()
+def train(
+    dataset: str = typer.Option(..., help="dataset name (picks train.dataset_templates[dataset] when set)"),
+    seed: int = typer.Option(..., help="run seed: init of the learnable parts, batch order, augmentations"),
+    fewshot: Path = typer.Option(..., help="few-shot table of `dear prepare` (data/<ds>/fewshot-seed<S>.parquet)"),
+    out: Path = typer.Option(..., help="output folder: model.pt and train_log.parquet"),
+    method: Optional[str] = typer.Option(None, help="zeroshot | coop | dear_nomask | dear (default: train.method)"),
+    backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
+    roles: Optional[Path] = typer.Option(None, help="roles.parquet of `dear profile` (needed by --method dear)"),
+    subset: str = typer.Option("base", help="classes trained on: base (base-to-novel) | all (cross-dataset source)"),
+    checkpoint: Optional[Path] = typer.Option(
+        None, help="resumable checkpoint file (default: checkpoints/<method>/<dataset>/seed<S>/ckpt.pt)"),
+    params: Path = ParamsOption,
+    log: Optional[Path] = LogOption,
+) -> None:
+    """Train one method on one dataset's few-shot training shots (resumes from its checkpoint)."""
+    _run_stage("train", params, log,
+               inputs=dict(method=method, dataset=dataset, seed=seed, backbone=backbone, fewshot=fewshot, roles=roles,
+                           subset=subset),
+               outputs=dict(folder=out, checkpoint=checkpoint))
+
+
+@app.command()
+def fuse(
+    model: Path = typer.Option(..., help="model.pt of `dear train`"),
+    fewshot: Path = typer.Option(..., help="few-shot table whose validation shots refit alpha"),
+    out: Path = typer.Option(..., help="output file fusion.json"),
+    classes: str = typer.Option("base", help="base | all: the classes the model was trained on"),
+    backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
+    roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
+    params: Path = ParamsOption,
+    log: Optional[Path] = LogOption,
+) -> None:
+    """Refit the fusion weights alpha on validation shots, network frozen."""
+    _run_stage("fuse", params, log, inputs=dict(model=model, backbone=backbone, roles=roles, fewshot=fewshot,
+                                                manifest=fewshot.parent / "manifest.parquet", classes=_classes(classes)),
+               outputs=dict(fusion=out))
+
+
+@app.command()
+def evaluate(
+    model: Path = typer.Option(..., help="model.pt of `dear train`"),
+    fusion: Path = typer.Option(..., help="fusion.json of `dear fuse`"),
+    source: Path = typer.Option(..., help="prepared folder of the training dataset (data/<ds>)"),
+    out: Path = typer.Option(..., help="output folder: eval.parquet and metrics.json"),
+    classes: str = typer.Option("base", help="base: base-to-novel | all: the transfer protocols of study.*"),
+    data: Path = typer.Option(Path("data"), help="folder of prepared datasets (transfer targets)"),
+    backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
+    roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
+    params: Path = ParamsOption,
+    log: Optional[Path] = LogOption,
+) -> None:
+    """Score a trained model: per-class correct/total counts for the paper's protocols."""
+    _run_stage("evaluate", params, log, inputs=dict(model=model, fusion=fusion, backbone=backbone, roles=roles,
+                                                    source=source, classes=_classes(classes), data=data),
+               outputs=dict(folder=out))
+
+
+def _classes(value: str) -> str:
+    if value not in ("base", "all"):
+        typer.echo(f"error: --classes must be base or all, got {value!r}", err=True)
+        raise typer.Exit(code=1)
+    return value
+
+
+REPORT_LISTS = {"--evals": "evals", "--train-logs": "train_logs", "--roles": "roles"}
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    epilog="File lists: --evals EVAL.parquet... (required), --train-logs TRAIN_LOG.parquet..., "
+           "--roles roles/<dataset>/heatmap.png... Each list takes every path up to the next option, "
+           "so shell globs work (--evals runs/*/*/seed*/eval.parquet).",
+)
+def report(
+    ctx: typer.Context,
+    out: Path = typer.Option(..., help="output folder: results.md/csv, metrics.json, pictures, plots/"),
+    params: Path = ParamsOption,
+    log: Optional[Path] = LogOption,
+) -> None:
+    """Aggregate eval tables into the paper's tables, pictures and DVC metrics."""
+    try:
+        lists = _file_lists(ctx.args, REPORT_LISTS)
+    except DearError as err:
+        typer.echo(f"error: {err}; see dear report --help", err=True)
+        raise typer.Exit(code=2)
+    _run_stage("report", params, log, inputs=lists, outputs=dict(folder=out))
+
+
+def _file_lists(args: list[str], flags: dict[str, str]) -> dict[str, list[Path]]:
+    """Split extra arguments `--flag a b c --other d` into {name: [paths]} (greedy, order kept).
+
+    Click options take one value each; these lists take every path up to the
+    next option, so a shell glob (or Snakemake's `{input.evals}`) can follow them.
+    """
+    lists: dict[str, list[Path]] = {name: [] for name in flags.values()}
+    current = None
+    for token in args:
+        flag, _, value = token.partition("=") if token.startswith("--") else (None, "", token)
+        if flag is not None:
+            if flag not in flags:
+                raise DearError(f"no such option: {flag}")
+            current = flags[flag]
+            if not value:
+                continue
+        if current is None:
+            raise DearError(f"unexpected argument {token!r}; put files after {', '.join(flags)}")
+        lists[current].append(Path(value))
+    return lists
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dear.errors import DearError
 
@@ -108,9 +108,6 @@ class Backbone(Section):
 
 # --- dear / train / fusion: the adapted model, its training and its fusion ------
 
-CORE_CONCEPTS = ("color", "shape", "texture", "object", "position")
-
-
 class Dear(Section):
     start_layer: int | None = Field(
         ge=1, description="first image layer (1-based) holding attribute tokens; null = the last four layers (L-3)")
@@ -156,10 +153,92 @@ class Fusion(Section):
     init_cls: float = Field(gt=0.0, lt=1.0, description="alpha_0 at initialization; the K attribute streams share the rest")
     mode: Literal["refit", "trained"] = Field(description="refit alpha on validation shots, or keep the trained one")
     novel: Literal["fused", "cls"] = Field(description="novel classes: fused logits or the CLS stream alone")
+    refit_iterations: int = Field(ge=1, description="L-BFGS iterations when refitting alpha on validation shots")
+
+
+# --- evaluate and the study's protocols -------------------------------------------
+
+class Transfer(Section):
+    source: str = Field(description="dataset trained on all its classes (the paper: imagenet)")
+    cross_dataset: list[str] = Field(description="other datasets it is tested on, all their classes (unseen)")
+    domain_generalization: list[str] = Field(description="domain-shifted copies of the source's classes")
+
+
+class Study(Section):
+    """What the pipeline runs: methods x seeds x the paper's three protocols (SPEC §8)."""
+
+    methods: list[Literal["zeroshot", "coop", "dear_nomask", "dear"]] = Field(description="methods run side by side")
+    base_to_novel: list[str] = Field(description="datasets trained on base classes, tested on base and novel")
+    transfer: Transfer = Field(description="one all-class model per method and seed, tested across datasets and domains")
+
+
+class Evaluate(Section):
+    batch_size: int = Field(ge=1, description="images per forward pass when scoring")
+
+
+# --- profile: head decomposition, TextSpan, Concept Entropy, roles ------------
+
+class ProfileConcepts(Section):
+    source: Literal["bank", "cluster"] = Field(
+        description="bank: each text's concept label (ours, exact) | cluster: SBERT + HDBSCAN (the paper's way)")
+    allowed: list[str] = Field(description="concepts a text bank may use (must include the five core attributes)")
+    min_cluster_size: int = Field(ge=2, description="cluster mode: HDBSCAN min_cluster_size")
+    min_samples: int = Field(ge=1, description="cluster mode: HDBSCAN min_samples")
+
+
+class ProfileRoles(Section):
+    mode: Literal["absolute", "quantile"] = Field(
+        description="absolute: low/high are entropies in bits | quantile: quantiles of all profiled heads")
+    low: float = Field(ge=0.0, description="H <= low is an attribute head")
+    high: float = Field(ge=0.0, description="H >= high is a generalization head (low < high)")
+
+
+class Profile(Section):
+    dataset: str = Field(description="prepared dataset whose images are profiled")
+    split: Literal["train", "val", "test"] = Field(
+        description="manifest split profiled (never the test split of a dataset you evaluate on)")
+    max_images: int = Field(ge=2, description="at most this many images (a seeded sample of the split)")
+    seed: int = Field(description="seed of the image sample")
+    batch_size: int = Field(ge=1, description="images per forward pass")
+    text_batch_size: int = Field(ge=1, description="texts per text-encoder pass")
+    layers: int = Field(ge=1, description="profile the last this many image layers")
+    svd_rank: int = Field(ge=1, description="r: texts are projected onto the top-r right singular vectors")
+    texts_per_head: int = Field(ge=1, description="N: texts TextSpan picks per head")
+    text_bank: str = Field(description="'default' (packaged) or a TSV/Parquet of text and concept")
+    contributions: Literal["embedding", "normalized"] = Field(
+        description="embedding: terms sum to the raw embedding (SPEC) | normalized: divided by its norm (TextSpan code)")
+    weighting: Literal["uniform", "variance"] = Field(
+        description="P over concepts: uniform counts picks (paper) | variance weights them by variance explained")
+    concepts: ProfileConcepts
+    roles: ProfileRoles
+
+
+# --- report: tables and pictures of every eval table --------------------------------
+
+class Report(Section):
+    methods: list[str] = Field(
+        min_length=1, description="row order of the tables; a listed method with no eval table shows as missing")
+    std_ddof: int = Field(ge=0, le=1, description="std over seeds: 1 = sample std (n-1), 0 = population std")
+    std_warning: float = Field(ge=0.0, description="warn when a dataset's std over seeds exceeds this (points)")
+    decimals: int = Field(ge=0, le=6, description="decimals of the percentages in results.md")
+    reference: bool = Field(description="add the paper's reference averages (SPEC §9) as a separate block")
+    loss_smoothing: int = Field(ge=1, description="moving-average window (steps) of the plotted loss curves; 1 = raw")
+    dpi: int = Field(ge=50, description="resolution of the report's PNG pictures")
 
 
 class Params(Section):
     """The whole `params.yaml`."""
+
+    @model_validator(mode="after")
+    def _datasets_are_prepared(self) -> "Params":
+        """Every dataset the study or the profile uses must be one that `prepare` makes."""
+        transfer = self.study.transfer
+        used = [*self.study.base_to_novel, transfer.source, *transfer.cross_dataset, *transfer.domain_generalization,
+                self.profile.dataset]
+        missing = sorted(set(used) - set(self.data.datasets))
+        if missing:
+            raise ValueError(f"datasets {missing} are used by study/profile but not listed in data.datasets; add them")
+        return self
 
     data: Data
     world: World
@@ -168,6 +247,10 @@ class Params(Section):
     dear: Dear
     train: Train
     fusion: Fusion
+    study: Study
+    evaluate: Evaluate
+    profile: Profile
+    report: Report
 
 
 # --- loading -------------------------------------------------------------------
@@ -207,6 +290,9 @@ def _one_line(err: ValidationError, path: Path) -> str:
         return f"{path}: missing key '{key}' (expected {expected}); add it"
     if kind == "extra_forbidden":
         return f"{path}: unknown key '{key}'; remove it or fix its spelling"
+    if kind == "value_error":  # a cross-key rule of a section (model validator)
+        message = problem["msg"].removeprefix("Value error, ")
+        return f"{path}: {message}" if not key else f"{path}: key '{key}': {message}"
     given = problem.get("input")
     hint = ""
     if isinstance(given, str) and _looks_numeric(given):

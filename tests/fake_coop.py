@@ -149,6 +149,10 @@ def write_params(path: str | Path, root: str | Path, datasets: list[str], **data
     """A copy of the repository's params.yaml with `data.root`, `data.datasets` and any `data.<key>` overridden."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["data"].update({"root": str(root), "datasets": list(datasets), **data})
+    # the study and the profile may only use prepared datasets (a params rule): point them at the first
+    params["study"].update(base_to_novel=list(datasets[:1]),
+                           transfer={"source": datasets[0], "cross_dataset": [], "domain_generalization": []})
+    params["profile"]["dataset"] = datasets[0]
     path = Path(path)
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path

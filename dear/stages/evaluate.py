@@ -107,6 +107,8 @@ def _targets(params: Params, inputs: Inputs) -> list[Target]:
     if transfer.source == name:
         for protocol, names, seen in (("cross_dataset", transfer.cross_dataset, False),
                                       ("domain_generalization", transfer.domain_generalization, True)):
+            if not names and (protocol != "cross_dataset" or transfer.domain_generalization):
+                continue  # a protocol without targets reports nothing (the source is still scored once)
             targets.append(Target(protocol, name, "all", own, seen=True))  # the source itself
             for target in names:
                 manifest = read_manifest(inputs.data / target)

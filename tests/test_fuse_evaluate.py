@@ -1,0 +1,144 @@
+"""fuse and evaluate: α fitted where the answer is known, validation rows only, counts per class."""
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from dear import evaluation
+from dear.cli import app
+from dear.data.manifest import classnames, read_fewshot, read_manifest, select
+from dear.stages.fuse import fit_alpha
+from tests import fake_run
+from tests.fake_coop import make_fake_dataset, write_params
+
+
+def invoke(*args):
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_alpha_moves_to_the_only_informative_stream():
+    torch.manual_seed(0)
+    labels = torch.randint(0, 5, (400,))
+    informative = torch.randn(400, 5) + 4.0 * torch.nn.functional.one_hot(labels, 5)  # [N, C]
+    noise = 3.0 * torch.randn(400, 5)
+    logits = torch.stack([noise, informative], 1)  # [N, 2, C]: stream 1 is the useful one
+    alpha = fit_alpha(logits, labels.tolist(), torch.tensor([0.7, 0.3]), iterations=100)
+    assert alpha[1] > 0.9 and torch.isclose(alpha.sum(), torch.tensor(1.0))
+
+
+def test_symmetric_streams_get_equal_weights():
+    torch.manual_seed(1)
+    labels = torch.randint(0, 4, (600,))
+    hot = torch.nn.functional.one_hot(labels, 4).float()
+    a, b = torch.randn(600, 4), torch.randn(600, 4)
+    logits = torch.stack([a + 2 * hot, b + 2 * hot], 1)
+    swapped = torch.stack([b + 2 * hot, a + 2 * hot], 1)
+    both = torch.cat([logits, swapped])  # each stream is the other's mirror image: the optimum is α = (½, ½)
+    alpha = fit_alpha(both, labels.tolist() * 2, torch.tensor([0.9, 0.1]), iterations=100)
+    torch.testing.assert_close(alpha, torch.tensor([0.5, 0.5]), atol=1e-3, rtol=0)
+
+
+def test_per_class_counts_are_counts():
+    logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    correct, total = evaluation.per_class_counts(logits, [0, 1, 1, 2], 3)
+    assert (correct, total) == ([1, 1, 1], [1, 2, 1])
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A prepared fake dataset, a random tiny backbone, and a trained dear_nomask run on it."""
+    root = tmp_path_factory.mktemp("project")
+    make_fake_dataset(root / "raw", "world_objects", n_classes=4, per_class=3)
+    params = write_params(root / "params.yaml", root=root / "raw", datasets=["world_objects"], shots=2, val_shots=1,
+                          seeds=[1])
+    small = yaml.safe_load(fake_run.params_file(root / "small.yaml").read_text())
+    raw = yaml.safe_load(params.read_text())
+    raw["dear"], raw["train"] = small["dear"], small["train"]
+    raw["train"]["epochs"] = 1
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    invoke("prepare", "--params", params, "--dataset", "world_objects", "--out", root / "data/world_objects")
+    fake_run.backbone(root / "backbone")
+    run = root / "runs/dear_nomask/world_objects/seed1"
+    invoke("train", "--params", params, "--method", "dear_nomask", "--dataset", "world_objects", "--seed", 1,
+           "--backbone", root / "backbone", "--fewshot", root / "data/world_objects/fewshot-seed1.parquet",
+           "--out", run, "--checkpoint", root / "ckpt.pt")
+    return root, params, run
+
+
+def test_fuse_reads_only_validation_shots(project, monkeypatch):
+    root, params, run = project
+    read = []
+    original = evaluation._Images.__getitem__
+
+    def spy(self, index):
+        read.append(self.paths[index])
+        return original(self, index)
+
+    monkeypatch.setattr(evaluation._Images, "__getitem__", spy)
+    fewshot = root / "data/world_objects/fewshot-seed1.parquet"
+    invoke("fuse", "--params", params, "--model", run / "model.pt", "--fewshot", fewshot,
+           "--backbone", root / "backbone", "--out", run / "fusion.json")
+    val = select(read_fewshot(fewshot), subset="base", fewshot_split="val")["path"].to_pylist()
+    assert sorted(read) == sorted(val) and val
+    test = set(select(read_manifest(root / "data/world_objects"), split="test")["path"].to_pylist())
+    assert not test & set(read)
+    fusion = json.loads((run / "fusion.json").read_text())
+    assert len(fusion["alpha"]) == 6 and abs(sum(fusion["alpha"]) - 1) < 1e-6
+    assert fusion["n_val"] == len(val) and fusion["mode"] == "refit"
+
+
+def test_evaluate_counts_every_test_image_once(project):
+    root, params, run = project
+    if not (run / "fusion.json").exists():
+        test_fuse_reads_only_validation_shots(project, pytest.MonkeyPatch())
+    invoke("evaluate", "--params", params, "--model", run / "model.pt", "--fusion", run / "fusion.json",
+           "--source", root / "data/world_objects", "--classes", "base", "--data", root / "data",
+           "--backbone", root / "backbone", "--out", run)
+    table = pq.read_table(run / "eval.parquet").to_pandas()
+    manifest = read_manifest(root / "data/world_objects").to_pandas()
+    test = manifest[manifest["split"] == "test"]
+    for subset in ("base", "novel"):
+        rows = table[table["split"] == subset]
+        assert rows["total"].sum() == (test["subset"] == subset).sum()
+        assert list(rows["classname"]) == classnames(read_manifest(root / "data/world_objects"), subset=subset)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert set(metrics["base_to_novel"]["world_objects"]) == {"base", "novel", "hm"}
+
+
+def test_transfer_targets_are_scored_on_their_own_class_list(project, tmp_path):
+    """A target holding a subset of classes (like ImageNet-A/-R) is scored over that subset only."""
+    root, params, run = project
+    raw = yaml.safe_load(params.read_text())
+    make_fake_dataset(root / "raw", "world_objects_b", n_classes=3, per_class=2)
+    raw["data"]["datasets"] = ["world_objects", "world_objects_b"]
+    raw["study"]["transfer"] = {"source": "world_objects", "cross_dataset": ["world_objects_b"], "domain_generalization": []}
+    transfer_params = tmp_path / "params.yaml"
+    transfer_params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    invoke("prepare", "--params", transfer_params, "--dataset", "world_objects_b", "--out", root / "data/world_objects_b")
+    fusion = tmp_path / "fusion.json"
+    fusion.write_text(json.dumps({"alpha": [1.0, 0, 0, 0, 0, 0]}))
+    invoke("evaluate", "--params", transfer_params, "--model", run / "model.pt", "--fusion", fusion,
+           "--source", root / "data/world_objects", "--classes", "all", "--data", root / "data",
+           "--backbone", root / "backbone", "--out", tmp_path / "out")
+    table = pq.read_table(tmp_path / "out/eval.parquet").to_pandas()
+    target = table[table["target"] == "world_objects_b"]
+    assert sorted(target["label"]) == [0, 1, 2] and target["total"].sum() == 6
+    assert set(table["protocol"]) == {"cross_dataset"}
+    assert set(table[table["target"] == "world_objects"]["label"]) == {0, 1, 2, 3}
+
+
+def test_evaluate_rejects_a_fusion_file_without_alpha(project, tmp_path):
+    root, params, run = project
+    bad = tmp_path / "fusion.json"
+    bad.write_text("{}")
+    result = CliRunner().invoke(app, ["evaluate", "--params", str(params), "--model", str(run / "model.pt"),
+                                      "--fusion", str(bad), "--source", str(root / "data/world_objects"),
+                                      "--backbone", str(root / "backbone"), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "no 'alpha'" in result.output
+    assert not (tmp_path / "out").exists()
