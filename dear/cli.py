@@ -141,16 +141,16 @@ def train(
     method: Optional[str] = typer.Option(None, help="zeroshot | coop | dear_nomask | dear (default: train.method)"),
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet of `dear profile` (needed by --method dear)"),
-    subset: str = typer.Option("base", help="classes trained on: base (base-to-novel) | all (cross-dataset source)"),
+    classes: str = typer.Option("base", help="classes trained on: base (base-to-novel) | all (transfer source)"),
     checkpoint: Optional[Path] = typer.Option(
-        None, help="resumable checkpoint file (default: checkpoints/<method>/<dataset>/seed<S>/ckpt.pt)"),
+        None, help="resumable checkpoint file (default: checkpoints/<out>/ckpt.pt)"),
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
 ) -> None:
     """Train one method on one dataset's few-shot training shots (resumes from its checkpoint)."""
     _run_stage("train", params, log,
                inputs=dict(method=method, dataset=dataset, seed=seed, backbone=backbone, fewshot=fewshot, roles=roles,
-                           subset=subset),
+                           classes=classes),
                outputs=dict(folder=out, checkpoint=checkpoint))
 
 

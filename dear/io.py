@@ -22,6 +22,8 @@ import pyarrow.parquet as pq
 from dear.errors import DearError
 
 PROVENANCE_KEY = b"dear.provenance"
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 @contextlib.contextmanager
@@ -34,6 +36,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; outputs get the usual permissions
     os.close(fd)
     tmp = Path(tmp_name)
     try:

@@ -60,3 +60,27 @@ def test_unsupported_tower_is_a_clean_error():
     model.visual.pool_type = "avg"
     with pytest.raises(DearError, match="pooling"):
         internals.vision_tower(model)
+
+
+def test_head_outputs_merge_to_the_block(model):
+    """The per-head outputs are the attention half of `block_forward`."""
+    block = internals.vision_tower(model).blocks[0]
+    x = torch.randn(2, 17, 64)
+    heads = internals.head_outputs(block, x)  # [B, H, T, d]
+    assert heads.shape == (2, 4, 17, 16)
+    merged = block.attn.out_proj(heads.transpose(1, 2).reshape(2, 17, 64))
+    torch.testing.assert_close(block.ls_1(merged), internals.block_forward(block, x) - x - internals._mlp(block, x + block.ls_1(merged)))
+
+
+def test_image_size_normalization_and_context(model):
+    assert internals.image_size(model) == 32
+    mean, std = internals.image_normalization(model)
+    assert len(mean) == len(std) == 3 and all(s > 0 for s in std)
+    assert internals.text_context_length(model) == 16
+
+
+def test_trimmed_padding_gives_the_same_text_embedding(model):
+    text = open_clip.tokenize(["a photo of a dog", "a red square"], context_length=16)
+    trimmed = internals.trim_text_padding(model, text)
+    assert trimmed.shape[1] == 7  # start, five words at most, end
+    torch.testing.assert_close(internals.encode_text(model, trimmed), model.encode_text(text), rtol=1e-5, atol=1e-5)

@@ -92,3 +92,10 @@ def test_same_inputs_give_byte_identical_parquet(tmp_path):
     for name in ("a", "b"):
         io.write_parquet(tmp_path / f"{name}.parquet", pa.table({"v": [1, 2, 3]}), schema, provenance={"k": 1})
     assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+
+
+def test_outputs_get_the_usual_permissions(tmp_path):
+    io.write_text(tmp_path / "x.txt", "x")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "x.txt").stat().st_mode & 0o777 == 0o666 & ~umask

@@ -107,6 +107,14 @@ def _mlp(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return block.ls_2(block.mlp(block.ln_2(x)))
 
 
+def head_outputs(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Each head's attention output before the output projection: [B, T, D] -> [B, H, T, d].
+
+    Public so that tests can check what a single head reads under a role mask.
+    """
+    return _heads(block, x, mask)
+
+
 def block_forward(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """One residual block, as open_clip computes it, with an optional per-head mask.
 
@@ -169,6 +177,24 @@ def image_embedding(model: nn.Module, cls_state: torch.Tensor) -> torch.Tensor:
     return pooled @ visual.proj if visual.proj is not None else pooled
 
 
+def image_size(model: nn.Module) -> int:
+    """Side of the square input images the image tower was built for (e.g. 224)."""
+    size = model.visual.image_size
+    height, width = (size, size) if isinstance(size, int) else size
+    if height != width:
+        raise DearError(f"model: non-square image size {height}x{width} is not supported")
+    return int(height)
+
+
+def image_normalization(model: nn.Module) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel (mean, std) the tower expects; open_clip's OpenAI values when the model sets none."""
+    from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
+
+    mean = getattr(model.visual, "image_mean", None) or OPENAI_DATASET_MEAN
+    std = getattr(model.visual, "image_std", None) or OPENAI_DATASET_STD
+    return tuple(float(v) for v in mean), tuple(float(v) for v in std)
+
+
 def image_ln_post(model: nn.Module) -> nn.LayerNorm:
     return model.visual.ln_post
 
@@ -205,6 +231,11 @@ def text_positions(model: nn.Module) -> torch.Tensor:
     return _text_module(model).positional_embedding
 
 
+def text_context_length(model: nn.Module) -> int:
+    """How many token positions the text tower has positional embeddings for."""
+    return int(text_positions(model).shape[0])
+
+
 def text_causal_mask(model: nn.Module, length: int) -> torch.Tensor:
     """Additive causal mask [length, length] (0 on and below the diagonal, -inf above)."""
     mask = torch.full((length, length), float("-inf"))
@@ -236,10 +267,30 @@ def text_embedding(model: nn.Module, x: torch.Tensor, pool_index: torch.Tensor) 
     return projection(pooled) if isinstance(projection, nn.Linear) else pooled @ projection
 
 
+def trim_text_padding(model: nn.Module, text: torch.Tensor) -> torch.Tensor:
+    """Drop trailing columns that are padding in every row: [B, T] -> [B, T'].
+
+    Exact for argmax/eos pooling: under the causal mask no token reads a later
+    one, so padding after the pooled token never changes the embedding. Texts
+    are then ~5x cheaper to encode. With 'last' pooling nothing is trimmed.
+    """
+    module = _text_module(model)
+    pool_type = getattr(module, "text_pool_type", getattr(module, "pool_type", "argmax"))
+    pad_id = getattr(module, "pad_id", 0)
+    if pool_type not in ("argmax", "eos") or text.numel() == 0:
+        return text
+    used = (text != pad_id).any(dim=0).nonzero()
+    keep = int(used.max()) + 1 if used.numel() else 1
+    return text[:, :keep]
+
+
 def encode_text(model: nn.Module, text: torch.Tensor) -> torch.Tensor:
-    """`model.encode_text` recomposed from the parts (unnormalized)."""
+    """`model.encode_text` recomposed from the parts (unnormalized).
+
+    `text` may be shorter than the context length (see `trim_text_padding`).
+    """
     tower = text_tower(model)
-    x = text_token_embeddings(model, text) + text_positions(model)  # [B, T, D]
+    x = text_token_embeddings(model, text) + text_positions(model)[: text.shape[1]]  # [B, T, D]
     mask = text_causal_mask(model, x.shape[1])
     for block in tower.blocks:
         x = block_forward(block, x, mask)

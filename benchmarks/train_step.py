@@ -1,0 +1,196 @@
+"""Training-step cost of DeAR (role masks) against all-Mixed DeAR and CoOp, and its growth with classes.
+
+Every configuration runs the trainer's own step (`dear.train.trainer.loss_of_batch` + `update`) on
+the same random-weight model and the same random batch, in a fresh process so that its peak
+memory (max RSS on CPU, max allocated on CUDA) is its own. Printed: median seconds per step,
+steps/s, the ratio to the baseline measured in the same run, trainable parameter counts, peak
+memory and the memory the step adds on top of the loaded model.
+
+    python benchmarks/train_step.py                       # ViT-B-16, batch 4, CPU
+    python benchmarks/train_step.py --arch dear-world --batch 8 --classes 10,100,1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Bench:
+    """One method's adapted model, optimizer and fixed batch on a shared frozen CLIP; `step()` runs one training step."""
+
+    def __init__(self, model, tokenizer, method_name: str, classes: int, batch: int, device: str):
+        import torch
+
+        from dear.model import internals
+        from dear.model.dear import Adapted
+        from dear.model.losses import Weights
+        from dear.model.methods import method
+        from dear.params import load_params
+        from dear.train.data import Schedule
+        from dear.train.trainer import make_loop
+
+        params = load_params(ROOT / "params.yaml")
+        tower = internals.vision_tower(model)
+        spec = method(method_name, params.dear, params.train, params.fusion.init_cls)
+        roles = bench_roles(tower.layers, tower.heads)
+        self.model = Adapted(model, tokenizer, spec, params.train.template, roles, seed=1).to(device).train()
+        self.trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        size = internals.image_size(model)
+        generator = torch.Generator().manual_seed(0)
+        self.images = torch.randn(batch, 3, size, size, generator=generator).to(device)
+        self.labels = (torch.arange(batch) % classes).to(device)
+        self.names = [f"{WORDS[i % len(WORDS)]} {WORDS[(i // len(WORDS)) % len(WORDS)]} {i}" for i in range(classes)]
+        schedule = Schedule(n=batch * 1000, batch_size=batch, epochs=1, seed=1)
+        self.loop = make_loop(self.model, params.train, schedule, torch.device(device))
+        self.weights = Weights(params.train.lambda_img, params.train.lambda_txt, params.train.lambda_fus)
+        self.frozen_text = self.model.frozen_text_features(self.names)
+        self.use_bf16 = device == "cuda" and params.train.precision == "bf16"
+        self.device = device
+
+    def step(self) -> float:
+        """Seconds of one full training step (forward, loss, backward, optimizer)."""
+        from dear.train.trainer import loss_of_batch, update
+
+        _sync(self.device)
+        start = time.perf_counter()
+        terms, _ = loss_of_batch(self.model, self.images, self.labels, self.names, self.frozen_text, self.weights,
+                                 self.use_bf16)
+        if self.trainable:
+            update(self.loop, terms.total)
+        _sync(self.device)
+        return time.perf_counter() - start
+
+
+def backbone(arch: str):
+    import open_clip
+    import torch
+
+    import dear.model.clip  # noqa: F401  (registers the embedded architectures)
+
+    torch.manual_seed(0)
+    return open_clip.create_model(arch, pretrained=None), open_clip.get_tokenizer(arch)
+
+
+def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, device: str) -> dict:
+    """dear, dear_nomask and coop on one frozen model, stepped in turn so machine load hits all alike."""
+    import torch
+
+    model, tokenizer = backbone(arch)
+    benches = {name: Bench(model, tokenizer, name, classes, batch, device) for name in ("dear", "dear_nomask", "coop")}
+    times = {name: [] for name in benches}
+    for index in range(warmup + rounds):
+        for name, bench in benches.items():
+            seconds = bench.step()
+            if index >= warmup:
+                times[name].append(seconds)
+    return {name: {"median_s": statistics.median(t), "min_s": min(t), "trainable": benches[name].trainable}
+            for name, t in times.items()} | {"threads": torch.get_num_threads()}
+
+
+def one(arch: str, method_name: str, classes: int, batch: int, steps: int, warmup: int, device: str) -> dict:
+    """One configuration alone in this process: median step time and memory."""
+    import torch
+
+    model, tokenizer = backbone(arch)
+    bench = Bench(model, tokenizer, method_name, classes, batch, device)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    before = _memory_mb(device)
+    times = [bench.step() for _ in range(warmup + steps)][warmup:]
+    peak = _memory_mb(device, peak=True)
+    step = statistics.median(times)
+    return {"method": method_name, "classes": classes, "step_s": step, "steps_per_s": 1.0 / step,
+            "trainable": bench.trainable, "peak_mb": peak, "step_mb": peak - before}
+
+
+WORDS = ["red", "fox", "maple", "harbor", "violin", "granite", "comet", "lantern", "orchid", "falcon", "tundra", "quartz"]
+
+
+def bench_roles(layers: int, heads: int) -> list:
+    """Roles for the last four layers: per layer a mix of the five core attributes, generalization and mixed heads."""
+    from dear.model.masks import HeadRole
+
+    kinds = [("attribute", c) for c in ("color", "shape", "texture", "object", "position")]
+    kinds += [("generalization", "other")] * 4 + [("mixed", None)] * 3
+    return [HeadRole(layer, head, *kinds[(head + layer) % len(kinds)])
+            for layer in range(max(1, layers - 3), layers + 1) for head in range(heads)]
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _memory_mb(device: str, peak: bool = False) -> float:
+    import torch
+
+    if device == "cuda":
+        return (torch.cuda.max_memory_allocated() if peak else torch.cuda.memory_allocated()) / 2**20
+    if peak:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def spawn(args, method_name: str, classes: int) -> dict:
+    command = [sys.executable, __file__, "--one", f"{method_name}:{classes}", "--arch", args.arch, "--batch", str(args.batch),
+               "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device]
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if result.returncode != 0:
+        sys.exit(f"{method_name} at {classes} classes failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="ViT-B-16", help="open_clip architecture (random weights)")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the three methods (ratio part)")
+    parser.add_argument("--steps", type=int, default=2, help="measured steps per scaling configuration")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--classes", default="10,100,1000", help="class counts of the scaling rows (first = ratio part)")
+    parser.add_argument("--coop-classes", default="10,100", help="class counts of CoOp's scaling rows")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        name, classes = args.one.split(":")
+        print(json.dumps(one(args.arch, name, int(classes), args.batch, args.steps, args.warmup, args.device)))
+        return
+    counts = [int(c) for c in args.classes.split(",")]
+    ratios = interleaved(args.arch, counts[0], args.batch, args.rounds, args.warmup, args.device)
+    scaling = [spawn(args, "dear", c) for c in counts] + [spawn(args, "coop", int(c)) for c in args.coop_classes.split(",")]
+    report(args, counts[0], ratios, scaling)
+
+
+def report(args, base: int, ratios: dict, scaling: list[dict]) -> None:
+    print(f"{args.arch}, batch {args.batch}, {args.device}, {ratios['threads']} threads")
+    print(f"-- same model, same batch, {base} classes, {args.rounds} interleaved rounds after {args.warmup} warm-up")
+    print(f"{'method':<12} {'median s':>9} {'min s':>8} {'steps/s':>8} {'trainable':>11}")
+    for name in ("dear", "dear_nomask", "coop"):
+        r = ratios[name]
+        print(f"{name:<12} {r['median_s']:>9.3f} {r['min_s']:>8.3f} {1 / r['median_s']:>8.2f} {r['trainable']:>11,}")
+    masked, mixed, coop = ratios["dear"], ratios["dear_nomask"], ratios["coop"]
+    print(f"DeAR masked / all-Mixed: {masked['median_s'] / mixed['median_s']:.2f}x median, "
+          f"{masked['min_s'] / mixed['min_s']:.2f}x min (target <= 1.25x)")
+    print(f"DeAR masked / CoOp:      {masked['median_s'] / coop['median_s']:.2f}x median, {masked['min_s'] / coop['min_s']:.2f}x min")
+    print(f"-- one process per row: median of {args.steps} steps after {args.warmup} warm-up; memory = peak, and above the loaded model")
+    print(f"{'method':<12} {'classes':>7} {'s/step':>8} {'steps/s':>8} {'peak MB':>8} {'step MB':>8}")
+    for r in scaling:
+        print(f"{r['method']:<12} {r['classes']:>7} {r['step_s']:>8.3f} {r['steps_per_s']:>8.2f} {r['peak_mb']:>8.0f} {r['step_mb']:>8.0f}")
+
+
+if __name__ == "__main__":
+    main()

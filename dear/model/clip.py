@@ -1,0 +1,195 @@
+"""Building and loading CLIP models through open_clip's public API only.
+
+The embedded architectures (`dear-world`, `dear-world-tiny`) are JSON configs
+shipped in `dear/resources/`, registered with `open_clip.add_model_config`
+when this module is imported, so `open_clip.create_model("dear-world")`
+works like any of open_clip's own names. Real weights (`openai`,
+`laion2b_...`) go through open_clip's download cache; a local file works
+offline. Every failure a user can cause is a one-line `DearError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+import open_clip
+import torch
+from open_clip.factory import load_state_dict
+
+from dear.errors import DearError
+
+RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+EMBEDDED_ARCHS = ("dear-world", "dear-world-tiny")
+EMBEDDED = "embedded"
+
+for _name in EMBEDDED_ARCHS:
+    open_clip.add_model_config(RESOURCES / f"{_name}.json")
+
+
+@contextlib.contextmanager
+def _quiet(level: int = logging.WARNING):
+    """open_clip logs every step of model creation on the root logger at INFO; keep stage logs readable."""
+    root = logging.getLogger()
+    previous = root.level
+    root.setLevel(max(previous, level))
+    try:
+        yield
+    finally:
+        root.setLevel(previous)
+
+
+@dataclasses.dataclass
+class Backbone:
+    """A ready-to-use CLIP: eval-mode model, its tokenizer, its card, its eval transform."""
+
+    model: torch.nn.Module
+    tokenizer: Callable[..., torch.Tensor]
+    card: dict
+    preprocess: Callable[[Any], torch.Tensor]
+
+
+def resolve_arch(arch: str) -> str:
+    """An open_clip model name; a path to a config JSON is registered under its stem."""
+    if arch.endswith(".json"):
+        path = Path(arch)
+        if not path.is_file():
+            raise DearError(f"{arch}: model config file not found; set model.arch to a model name or a config path")
+        open_clip.add_model_config(path)
+        arch = path.stem
+    if open_clip.get_model_config(arch) is None:
+        raise DearError(f"model.arch: unknown architecture '{arch}'; use one of {list(EMBEDDED_ARCHS)} or "
+                        "an open_clip name (python -c 'import open_clip; print(open_clip.list_models())')")
+    return arch
+
+
+def model_config(arch: str) -> dict:
+    return open_clip.get_model_config(resolve_arch(arch))
+
+
+def create_model(arch: str, pretrained: str | None, cache_dir: str | None = None,
+                 quick_gelu: bool = False) -> torch.nn.Module:
+    """A CLIP of architecture `arch`: random (None / 'embedded'), a local weights file, or an open_clip tag.
+
+    `quick_gelu` forces QuickGELU for random/file weights (a file of OpenAI weights needs it);
+    for a tag the tag's own setting is used.
+    """
+    arch = resolve_arch(arch)
+    if pretrained in (None, "", EMBEDDED):
+        return _random(arch, quick_gelu)
+    if is_weights_path(pretrained):
+        model = _random(arch, quick_gelu)
+        load_weights(model, pretrained, arch)
+        return model
+    return _from_tag(arch, pretrained, cache_dir)
+
+
+def _random(arch: str, quick_gelu: bool = False) -> torch.nn.Module:
+    """Random weights on purpose: silence open_clip's 'no pretrained weights' warning."""
+    with _quiet(logging.ERROR):
+        return open_clip.create_model(arch, pretrained=None, force_quick_gelu=quick_gelu)
+
+
+def is_weights_path(pretrained: str) -> bool:
+    return Path(pretrained).exists() or "/" in pretrained or pretrained.endswith((".pt", ".pth", ".bin", ".safetensors"))
+
+
+def _from_tag(arch: str, tag: str, cache_dir: str | None) -> torch.nn.Module:
+    tags = open_clip.list_pretrained_tags_by_model(arch)
+    if tag not in tags:
+        raise DearError(f"model.pretrained: open_clip has no weights '{tag}' for {arch} (known: {tags}); "
+                        "fix the tag or pass a local weights file")
+    quick_gelu = tag_quick_gelu(arch, tag)
+    try:
+        with _quiet():
+            return open_clip.create_model(arch, pretrained=tag, force_quick_gelu=quick_gelu, cache_dir=cache_dir)
+    except Exception as err:  # download/cache failures come in many types (OSError, HF hub errors, RuntimeError)
+        raise DearError(f"model.pretrained: weights '{tag}' for {arch} could not be downloaded "
+                        f"({type(err).__name__}); connect to the network once, or pass a local weights file path") from err
+
+
+def tag_quick_gelu(arch: str, tag: str) -> bool:
+    """Whether open_clip's weights `tag` were trained with QuickGELU (OpenAI's were: open_clip issue 771)."""
+    return bool(open_clip.get_pretrained_cfg(arch, tag).get("quick_gelu", False))
+
+
+def load_weights(model: torch.nn.Module, path: str | Path, arch: str) -> None:
+    """Load a state dict or open_clip checkpoint into `model`, checking every key and shape first."""
+    path = Path(path)
+    if not path.is_file():
+        raise DearError(f"{path}: weights file not found; pass an existing file as model.pretrained")
+    try:
+        state = load_state_dict(str(path))
+    except Exception as err:  # torch.load raises many types on a corrupt or foreign file
+        raise DearError(f"{path}: not a readable weights file ({type(err).__name__}); expected a state dict "
+                        f"or open_clip checkpoint of {arch}") from err
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise DearError(f"{path}: does not hold a state dict of tensors; expected the weights of {arch}")
+    problem = _mismatch(model.state_dict(), state)
+    if problem:
+        raise DearError(f"{path}: weights do not fit architecture {arch} ({problem}); pass weights made for {arch} "
+                        "or set model.arch to their architecture")
+    model.load_state_dict(state, strict=True)
+
+
+def _mismatch(expected: dict, given: dict) -> str:
+    missing = [k for k in expected if k not in given]
+    unexpected = [k for k in given if k not in expected]
+    shapes = [k for k in expected if k in given and tuple(expected[k].shape) != tuple(given[k].shape)]
+    if not (missing or unexpected or shapes):
+        return ""
+    first = (shapes or missing or unexpected)[0]
+    example = (f"'{first}' is {tuple(given[first].shape)}, expected {tuple(expected[first].shape)}" if shapes
+               else f"e.g. '{first}'")
+    return f"{len(missing)} missing, {len(unexpected)} unexpected, {len(shapes)} wrong-shape tensors; {example}"
+
+
+def tokenizer(arch: str):
+    """open_clip's tokenizer of `arch` (the standard SimpleTokenizer for CLIP configs)."""
+    with _quiet():
+        return open_clip.get_tokenizer(resolve_arch(arch))
+
+
+def eval_transform(model: torch.nn.Module):
+    """open_clip's evaluation transform (resize, centre crop, normalize) for `model`."""
+    cfg = open_clip.get_model_preprocess_cfg(model)
+    return open_clip.image_transform(cfg["size"], is_train=False, mean=cfg["mean"], std=cfg["std"],
+                                     resize_mode=cfg.get("resize_mode"), interpolation=cfg.get("interpolation"))
+
+
+def normalizer(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, std) [1, 3, 1, 1] of the model's image normalization."""
+    cfg = open_clip.get_model_preprocess_cfg(model)
+    return (torch.tensor(cfg["mean"]).view(1, 3, 1, 1), torch.tensor(cfg["std"]).view(1, 3, 1, 1))
+
+
+def load_backbone(folder: str | Path) -> Backbone:
+    """The backbone a `dear backbone` run left in `folder` (model.pt + card.json)."""
+    folder = Path(folder)
+    card_path = folder / "card.json"
+    if not card_path.is_file():
+        raise DearError(f"{card_path}: backbone card not found; run `dear backbone` first")
+    try:
+        card = json.loads(card_path.read_text())
+        arch = card["arch"]
+    except (json.JSONDecodeError, KeyError) as err:
+        raise DearError(f"{card_path}: not a backbone card ({type(err).__name__}); rerun `dear backbone`") from err
+    if arch not in EMBEDDED_ARCHS and "model_config" in card and open_clip.get_model_config(arch) is None:
+        _register(arch, card["model_config"])
+    model = _random(arch, bool(card.get("model_config", {}).get("quick_gelu", False)))
+    load_weights(model, folder / "model.pt", arch)
+    model.eval()
+    return Backbone(model=model, tokenizer=tokenizer(arch), card=card, preprocess=eval_transform(model))
+
+
+def _register(arch: str, config: dict) -> None:
+    """Register a config recorded in a card (an arch from a config file that is gone)."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="dear-arch-"))
+    (folder / f"{arch}.json").write_text(json.dumps(config))
+    open_clip.add_model_config(folder / f"{arch}.json")

@@ -1,0 +1,285 @@
+"""The adapted CLIP shared by all four methods (SPEC §4-6).
+
+One frozen open_clip model, reused in place, plus the learnable parts a
+`Method` asks for:
+- a shared token bank R [rows, d_r]; attribute tokens (vision, K = rows used)
+  enter image layer J = `start_layer` through per-layer aligners with the β
+  composition, layout [CLS, patches..., attr_1..attr_K], under the role masks;
+- text tokens from the same bank, inserted after start-of-text from text layer
+  `text_start_layer` on (the causal mask stays causal, the pooling index moves);
+- CoOp's context vectors in front of the class name;
+- P_attr (initialized from the frozen projection) and the fusion weights w.
+
+Why it is fast: image layers below J run under `torch.no_grad` (nothing there
+depends on a learnable token), and for each class list the text tower's part
+that does not depend on learnable tokens (token embeddings, and for text
+tokens every layer below the start) is computed once and cached, as are the
+frozen reference features of the losses. Padding after the end-of-text token
+is cut off: under a causal mask it never reaches the pooled token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dear.errors import DearError
+from dear.model import internals as oc
+from dear.model.masks import HeadRole, layer_masks
+from dear.model.methods import Method
+
+
+@dataclass
+class TextPrefix:
+    """What the text side computes once per class list (never depends on learnable tokens)."""
+
+    hidden: torch.Tensor  # [C, T, D] input of the first adapted text layer (CoOp: token embeddings, no positions)
+    pool: torch.Tensor  # [C] end-of-text index in `hidden`
+    frozen: torch.Tensor  # [C, E] normalized features of the untouched model with the hand-written prompt
+
+
+@dataclass
+class ImageOutput:
+    features: torch.Tensor  # [B, K+1, E] normalized; stream 0 = CLS
+    frozen_cls: torch.Tensor | None  # [B, E] normalized CLS feature of the untouched model
+
+
+def last_four(layers: int) -> int:
+    """Default first adapted layer (1-based): the last four layers, or all of a shallower tower."""
+    return max(1, layers - 3)
+
+
+class Adapted(nn.Module):
+    """CLIP plus a method's learnable parts; one forward path for every method."""
+
+    def __init__(self, model: nn.Module, tokenizer, method: Method, template: str,
+                 roles: list[HeadRole] | None = None, seed: int = 0):
+        super().__init__()
+        self.clip = model.eval().requires_grad_(False)
+        self.tokenizer, self.method, self.template = tokenizer, method, template
+        self.vision, self.text = oc.vision_tower(model), oc.text_tower(model)
+        self.start = _check_start(method.start_layer or last_four(self.vision.layers), self.vision.layers, "dear.start_layer")
+        self.text_start = _check_start(method.text_start_layer or last_four(self.text.layers), self.text.layers,
+                                       "dear.text_start_layer")
+        if method.role_masks and roles is None:
+            raise DearError(f"--roles: method {method.name} needs the roles table from `dear profile`")
+        self.roles = roles if method.role_masks else None
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self._build(method)
+        self._masks: dict = {}
+        self._prefixes: dict = {}
+        self._features: dict = {}
+
+    def _build(self, m: Method) -> None:
+        """Create the learnable parts (under a fixed seed: the same init on every run)."""
+        K, N = m.attribute_tokens, m.text_tokens
+        rows = max(K, N)
+        self.bank = nn.Parameter(torch.randn(rows, m.d_r) * m.init_std) if rows else None  # R [rows, d_r]
+        vision_layers = self.vision.layers - self.start + 1
+        text_layers = self.text.layers - self.text_start + 1
+        self.vision_aligners = nn.ModuleList(nn.Linear(m.d_r, self.vision.width) for _ in range(vision_layers if K else 0))
+        self.text_aligners = nn.ModuleList(nn.Linear(m.d_r, self.text.width) for _ in range(text_layers if N else 0))
+        self.p_attr = nn.Parameter(oc.image_projection(self.clip).detach().clone()) if K else None  # [D, E]
+        self.context = nn.Parameter(torch.randn(m.context_tokens, self.text.width) * m.init_std) if m.context_tokens else None
+        if K:
+            rest = (1.0 - m.init_cls) / K
+            self.fusion_w = nn.Parameter(torch.tensor([m.init_cls] + [rest] * K).log())  # α = softmax(w)
+        else:
+            self.fusion_w = None
+
+    # --- state -----------------------------------------------------------------------
+
+    def train(self, mode: bool = True) -> "Adapted":
+        super().train(mode)
+        self.clip.eval()  # the frozen model never switches to training behaviour
+        return self
+
+    def _apply(self, fn, *args, **kwargs):
+        self._masks, self._prefixes, self._features = {}, {}, {}
+        return super()._apply(fn, *args, **kwargs)
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """Only the learnable tensors (what model.pt stores), on CPU."""
+        return {name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad}
+
+    def load_trainable(self, state: dict[str, torch.Tensor], source: str) -> None:
+        own = dict((name, p) for name, p in self.named_parameters() if p.requires_grad)
+        if set(own) != set(state) or any(own[k].shape != state[k].shape for k in own):
+            raise DearError(f"{source}: learnable tensors do not match method {self.method.name} on this backbone; "
+                            "retrain with `dear train`")
+        with torch.no_grad():
+            for name, value in state.items():
+                own[name].copy_(value)
+
+    @property
+    def device(self) -> torch.device:
+        return oc.text_positions(self.clip).device
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """Fusion weights α = softmax(w): [K+1], α_0 for the CLS stream."""
+        if self.fusion_w is None:
+            return torch.ones(1, device=self.device)
+        return self.fusion_w.softmax(0)
+
+    # --- image side --------------------------------------------------------------------
+
+    def image_forward(self, images: torch.Tensor, with_frozen: bool = False) -> ImageOutput:
+        """Adapted image features and, for the λ_img term, the untouched model's CLS feature."""
+        blocks, K = self.vision.blocks, self.method.attribute_tokens
+        x = oc.image_tokens(self.clip, images)  # [B, 1+N, D]
+        with torch.no_grad():
+            for block in blocks[: self.start - 1]:
+                x = oc.block_forward(block, x)
+        start, n_other = x, x.shape[1]
+        masks = self._layer_masks(n_other, x.device)
+        for i, block in enumerate(blocks[self.start - 1:]):
+            if K:
+                x = self._with_attribute_tokens(x, i, n_other)  # [B, 1+N+K, D]
+            x = oc.block_forward(block, x, masks.get(self.start + i) if masks else None)
+        features = [oc.image_embedding(self.clip, x[:, 0])[:, None]]  # [B, 1, E]
+        if K:
+            features.append(oc.image_ln_post(self.clip)(x[:, n_other:]) @ self.p_attr)  # [B, K, E]
+        frozen = self._frozen_cls(start) if with_frozen else None
+        return ImageOutput(F.normalize(torch.cat(features, 1), dim=-1), frozen)
+
+    def _with_attribute_tokens(self, x: torch.Tensor, i: int, n_other: int) -> torch.Tensor:
+        """r^l = β A^l(R) + (1-β) r̃^{l-1}; at the first token layer only β A^J(R)."""
+        K, beta = self.method.attribute_tokens, self.method.beta
+        fresh = beta * self.vision_aligners[i](self.bank[:K])  # [K, D]
+        if i == 0:
+            tokens = fresh.to(x.dtype).expand(x.shape[0], K, -1)
+        else:
+            tokens = fresh + (1.0 - beta) * x[:, n_other:]
+        return torch.cat([x[:, :n_other], tokens.to(x.dtype)], 1)
+
+    @torch.no_grad()
+    def first_token_layer(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Input [B, 1+N+K, D] of the first token layer and its mask [H, T, T] (None: all open); for inspection."""
+        x = oc.image_tokens(self.clip, images)
+        for block in self.vision.blocks[: self.start - 1]:
+            x = oc.block_forward(block, x)
+        n_other = x.shape[1]
+        masks = self._layer_masks(n_other, x.device)
+        x = self._with_attribute_tokens(x, 0, n_other) if self.method.attribute_tokens else x
+        return x, masks[self.start] if masks else None
+
+    @torch.no_grad()
+    def _frozen_cls(self, start: torch.Tensor) -> torch.Tensor:
+        x = start
+        for block in self.vision.blocks[self.start - 1:]:
+            x = oc.block_forward(block, x)
+        return F.normalize(oc.image_embedding(self.clip, x[:, 0]), dim=-1)
+
+    def _layer_masks(self, n_other: int, device: torch.device) -> dict[int, torch.Tensor] | None:
+        if self.roles is None or not self.method.attribute_tokens:
+            return None
+        key = (n_other, str(device))
+        if key not in self._masks:
+            layers = range(self.start, self.vision.layers + 1)
+            masks = layer_masks(self.roles, list(self.method.concepts), layers, self.vision.heads, n_other)
+            self._masks[key] = {layer: mask.to(device) for layer, mask in masks.items()}
+        return self._masks[key]
+
+    def image_features(self, images: torch.Tensor) -> torch.Tensor:
+        """[B, 3, S, S] preprocessed images -> [B, K+1, E] normalized (stream 0 = CLS)."""
+        return self.image_forward(images).features
+
+    # --- text side ---------------------------------------------------------------------
+
+    def text_features(self, classnames: list[str]) -> torch.Tensor:
+        """[C, E] normalized class features; without autograd the result is cached per class list."""
+        if torch.is_grad_enabled():
+            return self._text_forward(self.prefix(classnames))
+        key = (tuple(classnames), str(self.device), tuple(p._version for p in self.parameters() if p.requires_grad))
+        if key not in self._features:
+            self._features = {key: self._text_forward(self.prefix(classnames))}
+        return self._features[key]
+
+    def frozen_text_features(self, classnames: list[str]) -> torch.Tensor:
+        return self.prefix(classnames).frozen
+
+    def prefix(self, classnames: list[str]) -> TextPrefix:
+        key = (tuple(classnames), str(self.device))
+        if key not in self._prefixes:
+            self._prefixes = {key: self._text_prefix(list(classnames))}
+        return self._prefixes[key]
+
+    @torch.no_grad()
+    def _text_prefix(self, classnames: list[str]) -> TextPrefix:
+        device = self.device
+        tokens = self.tokenizer([self.template.format(name) for name in classnames]).to(device)  # [C, T]
+        pool = oc.text_pool_index(self.clip, tokens)
+        length = int(pool.max()) + 1  # positions after the last end-of-text never reach it (causal)
+        x = oc.text_token_embeddings(self.clip, tokens[:, :length]) + oc.text_positions(self.clip)[:length]
+        mask = oc.text_causal_mask(self.clip, length).to(device)
+        for i, block in enumerate(self.text.blocks):
+            if i == self.text_start - 1:
+                hidden = x
+            x = oc.block_forward(block, x, mask)
+        frozen = F.normalize(oc.text_embedding(self.clip, x, pool), dim=-1)
+        if self.context is not None:
+            return self._coop_prefix(classnames, frozen)
+        return TextPrefix(hidden=hidden, pool=pool, frozen=frozen)
+
+    def _coop_prefix(self, classnames: list[str], frozen: torch.Tensor) -> TextPrefix:
+        """CoOp's prompt: [SOT, ctx_1..ctx_M, class name tokens, '.', EOT]; cache the token embeddings."""
+        tokens = self.tokenizer([f"{name}." for name in classnames]).to(self.device)  # [C, T]
+        pool = oc.text_pool_index(self.clip, tokens)
+        length = int(pool.max()) + 1
+        room = oc.text_context_length(self.clip)
+        if length + len(self.context) > room:
+            raise DearError(f"train.coop_context: {len(self.context)} context vectors plus the longest class name "
+                            f"({length} tokens) exceed the text context of {room}; use fewer context vectors")
+        return TextPrefix(hidden=oc.text_token_embeddings(self.clip, tokens[:, :length]), pool=pool, frozen=frozen)
+
+    def _text_forward(self, prefix: TextPrefix) -> torch.Tensor:
+        if self.context is not None:
+            return self._coop_forward(prefix)
+        if not self.method.text_tokens:
+            return prefix.frozen
+        x, N = prefix.hidden, self.method.text_tokens
+        mask = oc.text_causal_mask(self.clip, x.shape[1] + N).to(x.device)
+        for i, block in enumerate(self.text.blocks[self.text_start - 1:]):
+            tokens = self.text_aligners[i](self.bank[:N]).to(x.dtype).expand(x.shape[0], N, -1)  # [C, N, D]
+            rest = x[:, 1:] if i == 0 else x[:, 1 + N:]
+            x = oc.block_forward(block, torch.cat([x[:, :1], tokens, rest], 1), mask)
+        return F.normalize(oc.text_embedding(self.clip, x, prefix.pool + N), dim=-1)
+
+    def _coop_forward(self, prefix: TextPrefix) -> torch.Tensor:
+        emb, M = prefix.hidden, len(self.context)
+        C, length = emb.shape[0], emb.shape[1] + M
+        context = self.context.to(emb.dtype).expand(C, M, -1)
+        x = torch.cat([emb[:, :1], context, emb[:, 1:]], 1) + oc.text_positions(self.clip)[:length]  # [C, T+M, D]
+        mask = oc.text_causal_mask(self.clip, length).to(x.device)
+        for block in self.text.blocks:
+            x = oc.block_forward(block, x, mask)
+        return F.normalize(oc.text_embedding(self.clip, x, prefix.pool + M), dim=-1)
+
+    # --- logits --------------------------------------------------------------------------
+
+    def logit_scale(self) -> torch.Tensor:
+        return oc.logit_scale(self.clip)
+
+    def stream_logits(self, images: torch.Tensor, text_features: torch.Tensor) -> torch.Tensor:
+        """τ · cos per stream: [B, K+1, C]."""
+        return self.logits_from(self.image_features(images), text_features)
+
+    def logits_from(self, image_features: torch.Tensor, text_features: torch.Tensor) -> torch.Tensor:
+        """[B, K+1, E] x [C, E] -> [B, K+1, C]."""
+        return self.logit_scale() * torch.einsum("bke,ce->bkc", image_features, text_features.to(image_features.dtype))
+
+    @staticmethod
+    def fused_logits(stream_logits: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        """Σ_k α_k s_k: [B, K+1, C] x [K+1] -> [B, C]."""
+        return torch.einsum("bkc,k->bc", stream_logits, alpha.to(stream_logits.dtype))
+
+
+def _check_start(layer: int, layers: int, key: str) -> int:
+    if not 1 <= layer <= layers:
+        raise DearError(f"params: {key} = {layer} is outside this backbone's layers 1..{layers}; pick one in range or null")
+    return layer

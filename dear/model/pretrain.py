@@ -1,0 +1,84 @@
+"""Contrastive (CLIP) pretraining of the embedded model on the world's corpus.
+
+A fixed number of steps, never a time budget: the same params give the same
+weights on the same machine and thread count. Each step draws its batch from
+`dear.data.world.corpus_batch` (generated in memory, never a test scene).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+import torch.nn.functional as F
+
+from dear.data import world as world_data
+from dear.model.clip import normalizer
+from dear.progress import track
+
+log = logging.getLogger("dear.pretrain")
+MAX_LOGIT_SCALE = math.log(100.0)
+
+
+def pretrain(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tuple], log_every: int = 50) -> list[dict]:
+    """Train `model` in place for `backbone.steps` steps; returns the loss log (every `log_every` steps)."""
+    optimizer = _optimizer(model, backbone)
+    schedule = lr_schedule(backbone)
+    mean, std = normalizer(model)
+    model.train()
+    history, running = [], 0.0
+    for step in track(range(backbone.steps), "pretraining"):
+        images, captions = world_data.corpus_batch(world, backbone, step, excluded)
+        pixels = (torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0 - mean) / std   # [B, 3, H, W]
+        tokens = tokenizer(captions)                                                          # [B, T]
+        for group in optimizer.param_groups:
+            group["lr"] = schedule(step)
+        loss = contrastive_step(model, optimizer, pixels, tokens, backbone.precision)
+        running += loss
+        if (step + 1) % log_every == 0 or step + 1 == backbone.steps:
+            count = (step % log_every) + 1
+            history.append({"step": step + 1, "loss": running / count, "lr": schedule(step)})
+            log.info("step %d loss %.4f", step + 1, running / count)
+            running = 0.0
+    model.eval()
+    return history
+
+
+def contrastive_step(model, optimizer, pixels: torch.Tensor, tokens: torch.Tensor, precision: str) -> float:
+    """One symmetric InfoNCE step; returns the loss."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        image = F.normalize(model.encode_image(pixels).float(), dim=-1)    # [B, D]
+        text = F.normalize(model.encode_text(tokens).float(), dim=-1)      # [B, D]
+    logits = model.logit_scale.exp() * image @ text.T                      # [B, B]
+    target = torch.arange(logits.shape[0])
+    loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    with torch.no_grad():
+        model.logit_scale.clamp_(0, MAX_LOGIT_SCALE)
+    return float(loss.detach())
+
+
+def _optimizer(model: torch.nn.Module, backbone) -> torch.optim.Optimizer:
+    """AdamW; gains, biases, embeddings-free scalars and the logit scale get no decay (open_clip's rule)."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        exempt = param.ndim < 2 or "ln" in name or "bias" in name or "logit_scale" in name
+        (no_decay if exempt else decay).append(param)
+    groups = [{"params": decay, "weight_decay": backbone.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=backbone.lr, betas=(0.9, 0.98), eps=1.0e-6)
+
+
+def lr_schedule(backbone):
+    """Linear warm-up to `lr`, then cosine decay to zero."""
+    warmup = max(1, int(backbone.steps * backbone.warmup_fraction))
+
+    def at(step: int) -> float:
+        if step < warmup:
+            return backbone.lr * (step + 1) / warmup
+        progress = (step - warmup) / max(1, backbone.steps - warmup)
+        return backbone.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return at

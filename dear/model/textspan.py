@@ -1,0 +1,87 @@
+"""TextSpan (Gandelsman et al., ICLR 2024): a text basis per head (SPEC §2).
+
+For a head with mean-centred contributions C [M, E] over M images:
+1. project the text embeddings onto the span of C's top-r right singular
+   vectors;
+2. N times, pick the text t* whose projection C·t* has the largest variance
+   over images, record the variance it explains, remove that direction from
+   C and orthogonalize the remaining texts against t*.
+
+Everything here depends on C only through its covariance S = CᵀC / M:
+the right singular vectors of C are S's eigenvectors, var(C·t) = tᵀSt, and
+removing a unit direction u from C maps S to (I−uuᵀ)S(I−uuᵀ). So the profile
+pass streams images into S (`decompose.HeadStatistics`) and never holds C.
+Texts projected onto the top-r span live there for good (removing a
+direction of the span keeps them in it), so the greedy loop runs in r
+coordinates: K·r² per pick instead of K·E².
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dear.errors import DearError
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One text chosen for a head."""
+
+    index: int  # row of the text bank
+    variance: float  # variance of the head's contributions along the text's direction (removed by this pick)
+    share: float  # `variance` as a fraction of the head's total variance (trace of S before any pick)
+
+
+def covariance(contributions: np.ndarray) -> np.ndarray:
+    """Covariance over images (divided by M) of contributions [M, E] -> [E, E] float64."""
+    centred = contributions - contributions.mean(0, keepdims=True)
+    return centred.T.astype(np.float64) @ centred.astype(np.float64) / len(contributions)
+
+
+def check_rank(rank: int, picks: int, n_images: int, dim: int, n_texts: int) -> None:
+    """Fail cleanly when the SVD rank or the number of picks cannot be met.
+
+    Mean-centring M images leaves at most M − 1 directions, so r ≤ min(M − 1, E).
+    """
+    if rank > min(n_images - 1, dim):
+        raise DearError(f"profile.svd_rank: rank {rank} needs at least {rank + 1} images (mean-centring removes one "
+                        f"direction) and embedding dim >= {rank}; got {n_images} images, dim {dim}; "
+                        f"profile more images (profile.max_images) or lower profile.svd_rank")
+    if picks > min(rank, n_texts):
+        raise DearError(f"profile.texts_per_head: {picks} picks need svd_rank >= {picks} and a bank of >= {picks} "
+                        f"texts; got svd_rank {rank}, {n_texts} texts; lower profile.texts_per_head")
+
+
+def text_span(cov: np.ndarray, texts: np.ndarray, rank: int, picks: int) -> list[Pick]:
+    """The `picks` texts that best explain a head, greedily, with their variance.
+
+    cov: [E, E] covariance of the head's contributions; texts: [K, E] text
+    embeddings (normalized). Ties go to the lower bank row, so the result is
+    deterministic.
+    """
+    cov = np.asarray(cov, dtype=np.float64)
+    total = float(np.trace(cov))
+    eigenvalues, eigenvectors = np.linalg.eigh(cov)  # ascending
+    top = np.argsort(-eigenvalues, kind="stable")[:rank]
+    basis = eigenvectors[:, top]  # [E, r] top-r right singular vectors of C
+    cov_r = basis.T @ cov @ basis  # [r, r]
+    coords = np.asarray(texts, dtype=np.float64) @ basis  # [K, r] projected texts, in the basis
+    chosen: list[Pick] = []
+    available = np.ones(len(coords), dtype=bool)
+    for _ in range(picks):
+        scores = np.einsum("kr,rs,ks->k", coords, cov_r, coords)  # var(C t) per text
+        scores[~available] = -np.inf
+        index = int(np.argmax(scores))
+        norm = float(np.linalg.norm(coords[index]))
+        if norm <= 1e-12:
+            break  # no text has any component left in the span
+        unit = coords[index] / norm  # [r]
+        variance = float(unit @ cov_r @ unit)
+        chosen.append(Pick(index=index, variance=variance, share=variance / total if total > 0 else 0.0))
+        available[index] = False
+        keep = np.eye(len(unit)) - np.outer(unit, unit)  # removes the direction
+        cov_r = keep @ cov_r @ keep
+        coords = coords - np.outer(coords @ unit, unit)
+    return chosen

@@ -1,0 +1,101 @@
+"""model.pt: the learnable tensors of a run plus what rebuilds the adapted model.
+
+The file holds no frozen CLIP weight: the method config, the prompt template,
+the learnable tensors, and the hashes that tie it to its backbone, its roles
+table and its params. `load_trained` refuses a mismatched backbone or roles
+table instead of silently evaluating the wrong model.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import torch
+
+from dear.errors import DearError
+from dear.io import read_parquet, sha256_file, write_bytes
+from dear.model import internals as oc
+from dear.model.dear import Adapted
+from dear.model.masks import HeadRole, roles_from_rows
+from dear.model.methods import Method, method
+
+FORMAT = "dear-trained/1"
+ROLES_SCHEMA = pa.schema([
+    pa.field("layer", pa.int64()),
+    pa.field("head", pa.int64()),
+    pa.field("concept", pa.string()),
+    pa.field("mask_role", pa.string()),
+    pa.field("model_sha256", pa.string()),
+])
+
+
+def backbone_sha256(backbone, folder: Path | None = None) -> str:
+    """The backbone's weights hash: the card's `sha256`, else the hash of `folder/model.pt`."""
+    sha = backbone.card.get("sha256")
+    if sha:
+        return str(sha)
+    if folder is not None and (Path(folder) / "model.pt").is_file():
+        return sha256_file(Path(folder) / "model.pt")
+    raise DearError(f"{folder}: backbone card has no sha256; rerun `dear backbone`")
+
+
+def read_roles(path: Path, backbone, model_sha256: str) -> list[HeadRole]:
+    """The roles table's heads, checked against the backbone they are applied to."""
+    table = read_parquet(path, ROLES_SCHEMA)
+    shas = set(table["model_sha256"].to_pylist())
+    if shas and shas != {model_sha256}:
+        raise DearError(f"{path}: roles were profiled on another backbone (model_sha256 {sorted(shas)[0][:12]}..., "
+                        f"this backbone {model_sha256[:12]}...); rerun `dear profile` with this backbone")
+    tower = oc.vision_tower(backbone.model)
+    return roles_from_rows(table.to_pylist(), tower.layers, tower.heads, str(path))
+
+
+def save_trained(path: Path, model: Adapted, record: dict) -> None:
+    """Write model.pt atomically; `record` holds the hashes (backbone, roles, params) and run facts."""
+    meta = {"method": model.method.to_dict(), "template": model.template, **record}
+    # metadata as canonical JSON: pickle's memo would make equal dicts from two processes differ in bytes
+    payload = {"format": FORMAT, "meta": json.dumps(meta, sort_keys=True, default=str), "state": model.trainable_state()}
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    write_bytes(path, buffer.getvalue())
+
+
+def read_trained(path: Path) -> dict:
+    if not Path(path).is_file():
+        raise DearError(f"{path}: trained model not found; run `dear train` first")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # torch raises many types on a damaged file
+        raise DearError(f"{path}: not a readable model.pt ({type(err).__name__}); delete it and rerun `dear train`") from err
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise DearError(f"{path}: not a model.pt written by `dear train` ({FORMAT}); rerun `dear train`")
+    return {**json.loads(payload["meta"]), "state": payload["state"]}
+
+
+def load_trained(model_pt: Path, backbone, roles_path: Path | None = None, params=None) -> Adapted:
+    """Rebuild the adapted model of a `dear train` run on `backbone` (eval mode, CPU).
+
+    `roles_path` is needed by the `dear` method only; when `params` is given,
+    its dear/train/fusion values must still describe this model.
+    """
+    payload = read_trained(Path(model_pt))
+    spec = Method.from_dict(payload["method"])
+    sha = backbone_sha256(backbone)
+    if payload["backbone_sha256"] != sha:
+        raise DearError(f"{model_pt}: trained on backbone {payload['backbone_sha256'][:12]}..., not this one "
+                        f"({sha[:12]}...); pass the backbone it was trained on or retrain")
+    if params is not None and method(spec.name, params.dear, params.train, params.fusion.init_cls) != spec:
+        raise DearError(f"{model_pt}: made with other dear/train/fusion params than the current ones; rerun `dear train`")
+    roles = None
+    if spec.role_masks:
+        if roles_path is None:
+            raise DearError(f"{model_pt}: method {spec.name} needs its roles table (--roles)")
+        if sha256_file(roles_path) != payload["roles_sha256"]:
+            raise DearError(f"{roles_path}: not the roles table this model was trained with; pass that one or retrain")
+        roles = read_roles(Path(roles_path), backbone, sha)
+    model = Adapted(backbone.model, backbone.tokenizer, spec, payload["template"], roles)
+    model.load_trainable(payload["state"], str(model_pt))
+    return model.eval()

@@ -1,0 +1,134 @@
+"""`dear train`: adapt CLIP with one method on one dataset's base-class shots, resumably.
+
+Reads the backbone folder, the few-shot table (the training shots of the
+base classes, or of all classes with `--classes all`: the cross-dataset
+source) and, for `dear`, the roles table; writes into the output folder
+`model.pt` (learnable tensors + what rebuilds the model, see
+`dear.model.trained`) and `train_log.parquet` (TRAIN_LOG_SCHEMA). The
+resumable checkpoint lives at `Outputs.checkpoint`, outside the declared
+outputs, and is removed once both outputs are written. `zeroshot` trains
+nothing and writes the same two files (an empty log).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from dear.errors import DearError
+from dear.io import provenance, sha256_file, sha256_json, versions, write_parquet
+from dear.model import internals as oc
+from dear.model.dear import Adapted
+from dear.model.methods import Method, method
+from dear.model.trained import backbone_sha256, read_roles, save_trained
+from dear.params import Params
+from dear.train import trainer
+from dear.train.data import check_images_exist, training_shots
+
+log = logging.getLogger("dear.train")
+
+TRAIN_LOG_SCHEMA = pa.schema([
+    pa.field("step", pa.int64(), nullable=False),
+    pa.field("epoch", pa.int64(), nullable=False),
+    pa.field("loss", pa.float64(), nullable=False),
+    pa.field("loss_ce", pa.float64(), nullable=False),
+    pa.field("loss_img", pa.float64(), nullable=False),
+    pa.field("loss_txt", pa.float64(), nullable=False),
+    pa.field("loss_fus", pa.float64(), nullable=False),
+    pa.field("lr", pa.float64(), nullable=False),
+    pa.field("alpha", pa.list_(pa.float64()), nullable=False),  # [K+1], alpha_0 = CLS stream
+    pa.field("seconds", pa.float64(), nullable=False),  # wall time since the run began (resumes add up)
+])
+
+
+@dataclass(frozen=True)
+class Inputs:
+    method: str | None  # zeroshot | coop | dear_nomask | dear; None = train.method
+    dataset: str  # picks train.dataset_templates[dataset] when present
+    seed: int  # seeds the learnable parts' init and every batch/augmentation draw
+    backbone: Path  # folder of `dear backbone` (model.pt + card.json)
+    fewshot: Path  # data/<ds>/fewshot-seed<S>.parquet
+    roles: Path | None  # roles/<ds>/roles.parquet; needed by `dear` only
+    classes: str = "base"  # base: base classes (base-to-novel) | all: every class (transfer source)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    folder: Path  # gets model.pt and train_log.parquet
+    checkpoint: Path | None  # resumable state, outside the declared outputs; None = default_checkpoint(folder)
+
+
+def default_checkpoint(out: Path) -> Path:
+    """checkpoints/<output folder>/ckpt.pt: one per output folder, so parallel runs never share one."""
+    resolved = Path(out).resolve()
+    try:
+        relative = resolved.relative_to(Path.cwd().resolve())
+    except ValueError:  # an output outside the project: a stable name from its absolute path
+        relative = Path("outside-" + hashlib.sha256(str(resolved).encode()).hexdigest()[:16])
+    return Path("checkpoints") / relative / "ckpt.pt"
+
+
+def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
+    from dear.model.clip import load_backbone
+
+    spec = method(inputs.method or params.train.method, params.dear, params.train, params.fusion.init_cls)
+    checkpoint = outputs.checkpoint or default_checkpoint(outputs.folder)
+    template = _template(params, inputs.dataset)
+    if inputs.classes not in ("base", "all"):
+        raise DearError(f"--classes: {inputs.classes!r} is not a class subset to train on; use base or all")
+    shots = training_shots(inputs.fewshot, inputs.classes)
+    if spec.trains:
+        check_images_exist(shots, inputs.fewshot)
+    backbone = load_backbone(inputs.backbone)
+    sha = backbone_sha256(backbone, inputs.backbone)
+    roles, roles_sha = None, None
+    if spec.role_masks:
+        if inputs.roles is None:
+            raise DearError("--roles: method dear needs the roles table of `dear profile`; pass --roles PATH")
+        roles, roles_sha = read_roles(inputs.roles, backbone, sha), sha256_file(inputs.roles)
+    model = Adapted(backbone.model, backbone.tokenizer, spec, template, roles, seed=inputs.seed)
+    run_hash = _run_hash(params, spec, inputs, sha, roles_sha)
+    rows = []
+    if spec.trains:
+        rows = trainer.fit(trainer.Run(
+            model=model, shots=shots, params=params.train, seed=inputs.seed,
+            image_size=oc.image_size(backbone.model), normalization=oc.image_normalization(backbone.model),
+            checkpoint=checkpoint, params_hash=run_hash))
+    record = {"backbone_sha256": sha, "roles_sha256": roles_sha, "params_sha256": run_hash,
+              "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes, "classnames": shots.classnames}
+    used = {"backbone": Path(inputs.backbone) / "model.pt", "fewshot": inputs.fewshot}
+    if spec.role_masks:
+        used["roles"] = inputs.roles
+    made_by = provenance({"dear": params.dear, "train": params.train, "fusion": params.fusion}, used, inputs.seed)
+    write_parquet(outputs.folder / "train_log.parquet", _log_table(rows), TRAIN_LOG_SCHEMA, made_by)
+    save_trained(outputs.folder / "model.pt", model, {**record, "provenance": made_by})
+    checkpoint.unlink(missing_ok=True)
+    log.info("%s on %s seed %d: %d steps -> %s", spec.name, inputs.dataset, inputs.seed, len(rows), outputs.folder)
+
+
+def _template(params: Params, dataset: str) -> str:
+    template = params.train.dataset_templates.get(dataset, params.train.template)
+    if template.count("{}") != 1:
+        raise DearError(f"params: prompt template {template!r} must hold exactly one {{}} for the class name")
+    return template
+
+
+def _run_hash(params: Params, spec: Method, inputs: Inputs, backbone_sha: str, roles_sha: str | None) -> str:
+    """Hash of everything that shapes the trained tensors (not workers or checkpoint spacing)."""
+    train = params.train.model_dump(mode="json")
+    for key in ("method", "workers", "checkpoint_every"):
+        train.pop(key)
+    return sha256_json({
+        "method": spec.to_dict(), "train": train, "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes,
+        "backbone": backbone_sha, "roles": roles_sha, "fewshot": sha256_file(inputs.fewshot),
+        "dear_version": versions()["dear"],
+    })
+
+
+def _log_table(rows: list[dict]) -> pa.Table:
+    columns = {field.name: [row[field.name] for row in rows] for field in TRAIN_LOG_SCHEMA}
+    return pa.table({name: pa.array(values, TRAIN_LOG_SCHEMA.field(name).type) for name, values in columns.items()})

@@ -1,0 +1,1 @@
+"""Training: few-shot data with CoOp's augmentations, checkpoints, the one trainer of every method."""

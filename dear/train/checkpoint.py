@@ -1,0 +1,74 @@
+"""Resumable checkpoints: everything a run needs to continue bit for bit.
+
+A checkpoint holds the learnable tensors, the optimizer, scheduler and grad
+scaler states, every RNG state, the next step, the log rows so far and the
+hash of everything that shapes the result. It lives outside the stage's
+declared outputs (neither DVC nor Snakemake deletes it before a rerun), is
+written to a temporary sibling and renamed, so a kill or a full disk during
+the write leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dear.errors import DearError
+from dear.io import atomic_path
+
+log = logging.getLogger("dear.train")
+
+
+def rng_states() -> dict:
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_states(states: dict) -> None:
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def save(path: Path, state: dict) -> None:
+    """Write `state` atomically; a failed write (e.g. a full disk) keeps the previous checkpoint."""
+    try:
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
+    except OSError as err:
+        what = "the disk is full" if err.errno == errno.ENOSPC else f"{err.strerror or err}"
+        kept = "the previous checkpoint is kept" if path.is_file() else "no earlier checkpoint exists"
+        raise DearError(f"{path}: checkpoint write failed at step {state.get('step')} ({what}); {kept}; "
+                        "free space and rerun the same command to resume") from err
+
+
+def load(path: Path, params_hash: str) -> dict | None:
+    """The checkpoint at `path` if it belongs to this exact configuration; None to start afresh.
+
+    Temporary files of a write that a kill interrupted are removed first.
+    """
+    for stale in path.parent.glob(f".{path.name}.*.tmp") if path.parent.is_dir() else ():
+        stale.unlink(missing_ok=True)
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # a foreign or damaged file: torch raises many types
+        log.warning("%s: unreadable checkpoint (%s); starting afresh", path, type(err).__name__)
+        return None
+    if state.get("params_hash") != params_hash:
+        log.warning("%s: checkpoint made with other params/inputs; starting afresh (it is replaced)", path)
+        return None
+    log.info("%s: resuming at step %d", path, state["step"])
+    return state

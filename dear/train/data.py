@@ -1,0 +1,143 @@
+"""The base classes' training shots, CoOp's augmentations, and a deterministic batch order.
+
+Every random choice of a step (which images, which crop, which flip) is
+derived from (seed, epoch, slot) alone, not from a generator that advances:
+a resumed run, or one with a different `train.workers`, sees exactly the
+same batches as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision import transforms as T
+
+from dear.data.manifest import read_fewshot, select
+from dear.errors import DearError
+from dear.params import Augmentation
+
+INTERPOLATION = {"bicubic": T.InterpolationMode.BICUBIC, "bilinear": T.InterpolationMode.BILINEAR}
+
+
+@dataclass(frozen=True)
+class Shots:
+    """Training images of the base classes: paths [n], labels [n] (subset_label), class names by label."""
+
+    paths: list[str]
+    labels: list[int]
+    classnames: list[str]
+
+
+def training_shots(path: Path, subset: str = "base") -> Shots:
+    """Training shots of `subset` ("base": labels are subset_label; "all": every class, labels are label).
+
+    Checked: every class of the subset has at least one shot and one name.
+    """
+    table = select(read_fewshot(path), subset=None if subset == "all" else subset, fewshot_split="train")
+    if table.num_rows == 0:
+        raise DearError(f"{path}: no training shots of {subset} classes; rerun `dear prepare`")
+    labels = table["label" if subset == "all" else "subset_label"].to_pylist()
+    names: dict[int, str] = {}
+    for label, name in zip(labels, table["classname"].to_pylist()):
+        if names.setdefault(label, name) != name:
+            raise DearError(f"{path}: label {label} has two class names ({names[label]!r}, {name!r}); rerun `dear prepare`")
+    missing = sorted(set(range(max(names) + 1)) - set(names))
+    if missing or min(names) < 0:
+        raise DearError(f"{path}: {subset} classes {missing[:10]} have no training shots ({len(missing)} missing); "
+                        "every class needs at least one shot: rerun `dear prepare` or check the dataset")
+    return Shots(paths=table["path"].to_pylist(), labels=labels, classnames=[names[i] for i in range(len(names))])
+
+
+def check_images_exist(shots: Shots, source: Path, max_listed: int = 5) -> None:
+    missing = [p for p in shots.paths if not Path(p).is_file()]
+    if missing:
+        raise DearError(f"{source}: {len(missing)} training image(s) not found, e.g. {missing[:max_listed]}; "
+                        "run from the project root or rerun `dear prepare`")
+
+
+def train_transform(aug: Augmentation, size: int, mean, std) -> T.Compose:
+    """CoOp's training transform: random resized crop, horizontal flip, normalize."""
+    return T.Compose([
+        T.RandomResizedCrop(size, scale=tuple(aug.crop_scale), interpolation=INTERPOLATION[aug.interpolation]),
+        T.RandomHorizontalFlip(aug.flip_prob),
+        T.ToTensor(),
+        T.Normalize(mean, std),
+    ])
+
+
+def test_transform(aug: Augmentation, size: int, mean, std) -> T.Compose:
+    """CoOp's test transform: resize the short side, centre crop, normalize (the evaluate stage uses it)."""
+    return T.Compose([
+        T.Resize(size, interpolation=INTERPOLATION[aug.interpolation]),
+        T.CenterCrop(size),
+        T.ToTensor(),
+        T.Normalize(mean, std),
+    ])
+
+
+def derived_seed(*parts: int) -> int:
+    """A 63-bit seed that depends only on `parts` (numpy's SeedSequence hashing)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, np.uint64)[0] >> np.uint64(1))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Which samples each step reads: epoch-wise permutations, last batch of an epoch may be short."""
+
+    n: int
+    batch_size: int
+    epochs: int
+    seed: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.n / self.batch_size)
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps_per_epoch * self.epochs
+
+    def order(self, epoch: int) -> list[int]:
+        generator = torch.Generator().manual_seed(derived_seed(self.seed, epoch, 0))
+        return torch.randperm(self.n, generator=generator).tolist()
+
+    def batches(self, start_step: int):
+        """Lists of (epoch, slot) per step, from `start_step` to the end (a DataLoader batch sampler)."""
+        for step in range(start_step, self.total_steps):
+            epoch, b = divmod(step, self.steps_per_epoch)
+            first = b * self.batch_size
+            yield [(epoch, slot) for slot in range(first, min(first + self.batch_size, self.n))]
+
+
+class ShotImages(torch.utils.data.Dataset):
+    """Item (epoch, slot): the image at that slot of the epoch's order, augmented with a seed of its own."""
+
+    def __init__(self, shots: Shots, schedule: Schedule, transform):
+        self.shots, self.schedule, self.transform = shots, schedule, transform
+        self._orders: dict[int, list[int]] = {}
+
+    def __len__(self) -> int:
+        return self.schedule.n
+
+    def __getitem__(self, item: tuple[int, int]):
+        epoch, slot = item
+        if epoch not in self._orders:
+            self._orders = {epoch: self.schedule.order(epoch)}
+        row = self._orders[epoch][slot]
+        with Image.open(self.shots.paths[row]) as image:
+            image = image.convert("RGB")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derived_seed(self.schedule.seed, epoch, slot + 1))
+            pixels = self.transform(image)  # [3, S, S]
+        return pixels, self.shots.labels[row]
+
+
+def loader(dataset: ShotImages, start_step: int, workers: int, pin_memory: bool = False):
+    """Batches from `start_step` on; the batch contents do not depend on `workers`."""
+    return torch.utils.data.DataLoader(dataset, batch_sampler=list(dataset.schedule.batches(start_step)),
+                                       num_workers=workers, pin_memory=pin_memory)

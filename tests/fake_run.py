@@ -1,0 +1,80 @@
+"""Tiny, fast inputs of `dear train`: a random backbone folder, a few-shot table of PNGs, a roles table, params."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+import yaml
+from PIL import Image
+
+from dear.data.manifest import FEWSHOT_SCHEMA
+from dear.io import sha256_file, write_parquet
+from dear.model.trained import ROLES_SCHEMA
+
+ROOT = Path(__file__).resolve().parent.parent
+CLASSNAMES = ["apple", "rocket", "guitar", "turtle", "camera", "cactus", "bicycle", "whale"]
+
+
+def backbone(folder: Path, arch: str = "dear-world-tiny", seed: int = 0) -> str:
+    """A random-weight backbone as `dear backbone` leaves it: model.pt (state dict) and card.json."""
+    from dear.model.clip import create_model
+
+    torch.manual_seed(seed)
+    model = create_model(arch, None)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), folder / "model.pt")
+    sha = sha256_file(folder / "model.pt")
+    (folder / "card.json").write_text(json.dumps({"arch": arch, "sha256": sha}))
+    return sha
+
+
+def fewshot(path: Path, image_dir: Path, shots: int = 4, size: int = 32, drop_base_label: int | None = None) -> Path:
+    """A few-shot table over len(CLASSNAMES) classes (first half base), with one PNG per row."""
+    rng = np.random.default_rng(0)
+    image_dir.mkdir(parents=True, exist_ok=True)
+    n_base = len(CLASSNAMES) // 2
+    rows = []
+    for label, name in enumerate(CLASSNAMES):
+        subset, subset_label = ("base", label) if label < n_base else ("novel", label - n_base)
+        if subset == "base" and subset_label == drop_base_label:
+            continue
+        for shot in range(shots + 1):
+            file = image_dir / f"{label}_{shot}.png"
+            pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+            pixels[: size // 2, : size // 2] = (37 * label) % 256  # a class-specific patch
+            Image.fromarray(pixels).save(file)
+            use = "train" if shot < shots else "val"
+            rows.append(dict(path=str(file), label=label, classname=name, split=use, subset=subset,
+                             subset_label=subset_label, imagenet_label=None, width=size, height=size, sha256=None,
+                             fewshot_split=use, manifest_row=len(rows)))
+    table = pa.Table.from_pylist(rows, schema=FEWSHOT_SCHEMA)
+    write_parquet(path, table, FEWSHOT_SCHEMA)
+    return path
+
+
+def roles(path: Path, model_sha256: str, layers: int = 2, heads: int = 4,
+          kinds: tuple = (("attribute", "color"), ("attribute", "object"), ("generalization", None), ("mixed", None))) -> Path:
+    """One row per head of every layer; head h gets kinds[h % len(kinds)] (mask_role, concept)."""
+    rows = []
+    for layer in range(1, layers + 1):
+        for head in range(heads):
+            kind, concept = kinds[head % len(kinds)]
+            rows.append(dict(layer=layer, head=head, concept=concept or "other", mask_role=kind, model_sha256=model_sha256))
+    write_parquet(path, pa.Table.from_pylist(rows, schema=ROLES_SCHEMA), ROLES_SCHEMA)
+    return path
+
+
+def params_file(path: Path, **sections) -> Path:
+    """The project's params.yaml with small training values; `sections` override keys per section."""
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["dear"].update(d_r=16)
+    raw["train"].update(epochs=2, batch_size=4, warmup_epochs=1, coop_context=4, checkpoint_every=2, workers=0,
+                        device="cpu")
+    for section, values in sections.items():
+        raw[section].update(values)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path

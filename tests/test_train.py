@@ -1,0 +1,273 @@
+"""`dear train`: all four methods, resume after SIGKILL, NaN stop, full disk, bad input."""
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from dear.cli import app
+from dear.errors import DearError
+from dear.params import load_params
+from dear.stages import train as stage
+from dear.train import checkpoint as ckpt_module
+from dear.train import trainer
+from dear.train.data import Schedule, ShotImages, training_shots, train_transform
+from tests import fake_run
+
+N_STEPS = 8  # 16 base shots, batch 4, 2 epochs
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("world")
+    sha = fake_run.backbone(root / "backbone")
+    fake_run.fewshot(root / "fewshot.parquet", root / "images")
+    fake_run.roles(root / "roles.parquet", sha)
+    fake_run.params_file(root / "params.yaml")
+    return SimpleNamespace(root=root, sha=sha, backbone=root / "backbone", fewshot=root / "fewshot.parquet",
+                           roles=root / "roles.parquet", params=root / "params.yaml")
+
+
+def train(world, out: Path, method="dear", params: Path | None = None, roles: Path | None = None, ck: Path | None = None):
+    inputs = stage.Inputs(method=method, dataset="toy", seed=1, backbone=world.backbone, fewshot=world.fewshot,
+                          roles=roles or world.roles)
+    stage.run(load_params(params or world.params), inputs, stage.Outputs(folder=out, checkpoint=ck or out.parent / f"{out.name}.ckpt"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(world, tmp_path_factory):
+    """An uninterrupted `dear` run: the bytes every resumed run must reproduce."""
+    return train(world, tmp_path_factory.mktemp("reference") / "run")
+
+
+@pytest.mark.parametrize("method,streams,steps", [("zeroshot", 1, 0), ("coop", 1, N_STEPS), ("dear_nomask", 6, N_STEPS)])
+def test_every_method_trains_and_loads(world, tmp_path, method, streams, steps):
+    from dear.model.clip import load_backbone
+    from dear.model.trained import load_trained
+
+    out = train(world, tmp_path / "run", method=method)
+    log = pq.read_table(out / "train_log.parquet")
+    assert log.num_rows == steps and log.column_names == stage.TRAIN_LOG_SCHEMA.names
+    assert log["step"].to_pylist() == list(range(steps))
+    model = load_trained(out / "model.pt", load_backbone(world.backbone), None, load_params(world.params))
+    with torch.no_grad():
+        text = model.text_features(fake_run.CLASSNAMES)
+        logits = model.stream_logits(torch.randn(2, 3, 32, 32), text)
+    assert logits.shape == (2, streams, len(fake_run.CLASSNAMES)) and model.alpha.shape == (streams,)
+    assert not (tmp_path / "run.ckpt").exists()  # removed once the outputs exist
+
+
+def test_dear_log_and_model(world, reference):
+    log = pq.read_table(reference / "train_log.parquet").to_pylist()
+    assert [row["step"] for row in log] == list(range(N_STEPS)) and [row["epoch"] for row in log] == [0] * 4 + [1] * 4
+    assert [row["lr"] for row in log[:4]] == [1.0e-5] * 4 and log[4]["lr"] == pytest.approx(1.0e-3)
+    assert log[0]["alpha"] == pytest.approx([0.7] + [0.06] * 5)
+    assert all(row["loss"] == pytest.approx(row["loss_ce"] + row["loss_img"] + row["loss_txt"] + 0.1 * row["loss_fus"])
+               for row in log)
+    from dear.model.trained import read_trained
+
+    payload = read_trained(reference / "model.pt")
+    assert payload["backbone_sha256"] == world.sha and payload["method"]["name"] == "dear"
+    assert "clip" not in " ".join(payload["state"])  # no frozen weight in model.pt
+
+
+def test_default_checkpoint_is_one_per_output_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert stage.default_checkpoint(Path("runs/dear/ds/seed1")) == Path("checkpoints/runs/dear/ds/seed1/ckpt.pt")
+    assert stage.default_checkpoint(Path("transfer/dear/seed1")) == Path("checkpoints/transfer/dear/seed1/ckpt.pt")
+    outside = stage.default_checkpoint(Path("/elsewhere/run"))
+    assert outside.parts[0] == "checkpoints" and outside.parts[1].startswith("outside-")
+
+
+def test_warmup_then_cosine():
+    factor = trainer.WarmupCosine(warmup_steps=4, total_steps=12, warmup_factor=0.01)
+    assert [factor(s) for s in range(4)] == [0.01] * 4
+    assert factor(4) == 1.0 and factor(8) == pytest.approx(0.5) and factor(12) == pytest.approx(0.0)
+
+
+def test_augmentation_depends_only_on_seed_epoch_and_slot(world):
+    params = load_params(world.params)
+    shots = training_shots(world.fewshot)
+    schedule = Schedule(n=len(shots.paths), batch_size=4, epochs=2, seed=1)
+    images = ShotImages(shots, schedule, train_transform(params.train.augmentation, 32, (0.5,) * 3, (0.5,) * 3))
+    first, again = images[(1, 3)], images[(1, 3)]
+    torch.manual_seed(123)  # the global RNG plays no part
+    torch.testing.assert_close(first[0], images[(1, 3)][0])
+    assert first[1] == again[1]
+    assert sorted(schedule.order(0)) == list(range(16)) and schedule.order(0) != schedule.order(1)
+    assert [len(b) for b in schedule.batches(5)] == [4, 4, 4]
+
+
+def test_nan_loss_stops_with_the_step_keeps_the_checkpoint_and_resume_is_exact(world, reference, tmp_path, monkeypatch):
+    calls = []
+
+    def poisoned(*args, **kwargs):
+        terms = objective(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 6:  # step 5
+            terms.total = terms.total * float("nan")
+        return terms
+
+    objective = trainer.objective
+    monkeypatch.setattr(trainer, "objective", poisoned)
+    with pytest.raises(DearError, match=r"step 5: the loss is not finite.*train.lr.*checkpoint"):
+        train(world, tmp_path / "run")
+    assert not (tmp_path / "run" / "model.pt").exists()
+    assert torch.load(tmp_path / "run.ckpt", weights_only=False)["step"] == 4
+    monkeypatch.setattr(trainer, "objective", objective)
+    train(world, tmp_path / "run")
+    assert (tmp_path / "run" / "model.pt").read_bytes() == (reference / "model.pt").read_bytes()
+    assert pq.read_table(tmp_path / "run" / "train_log.parquet")["step"].to_pylist() == list(range(N_STEPS))
+
+
+def test_loader_workers_do_not_change_the_result(world, reference, tmp_path):
+    from dear.model.trained import read_trained
+
+    params = fake_run.params_file(tmp_path / "params.yaml", train={"workers": 2})
+    state = read_trained(train(world, tmp_path / "run", params=params) / "model.pt")["state"]
+    expected = read_trained(reference / "model.pt")["state"]
+    assert state.keys() == expected.keys() and all(torch.equal(state[k], expected[k]) for k in state)
+
+
+def test_checkpoint_of_other_params_is_not_resumed(world, reference, tmp_path):
+    stale = {"params_hash": "made-with-other-params", "step": 6, "log": []}
+    torch.save(stale, tmp_path / "run.ckpt")
+    (tmp_path / ".run.ckpt.abc123.tmp").write_bytes(b"half a checkpoint, killed mid-write")
+    train(world, tmp_path / "run")
+    assert (tmp_path / "run" / "model.pt").read_bytes() == (reference / "model.pt").read_bytes()
+    assert not (tmp_path / ".run.ckpt.abc123.tmp").exists()
+    other = fake_run.params_file(tmp_path / "params.yaml", train={"lr": 2.0e-3})
+    train(world, tmp_path / "other", params=other)
+    assert (tmp_path / "other" / "model.pt").read_bytes() != (reference / "model.pt").read_bytes()
+
+
+def test_full_disk_on_checkpoint_write_keeps_the_previous_checkpoint(world, tmp_path, monkeypatch):
+    real_save, saves = torch.save, []
+
+    def filling(obj, target, *args, **kwargs):
+        saves.append(1)
+        if len(saves) == 2:
+            Path(target).write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, target, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt_module.torch, "save", filling)
+    with pytest.raises(DearError, match="disk is full.*previous checkpoint is kept"):
+        train(world, tmp_path / "run")
+    monkeypatch.undo()
+    assert torch.load(tmp_path / "run.ckpt", weights_only=False)["step"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]  # no temporary file, no outputs
+
+
+def dear_train(world, out: Path, ck: Path) -> list[str]:
+    script = Path(sys.executable).with_name("dear")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "dear.cli"]
+    return command + ["train", "--params", str(world.params), "--method", "dear", "--dataset", "toy", "--seed", "1",
+                      "--backbone", str(world.backbone), "--fewshot", str(world.fewshot), "--roles", str(world.roles),
+                      "--out", str(out), "--checkpoint", str(ck)]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("train-kill")
+def test_sigkill_then_rerun_gives_the_same_bytes(world, tmp_path):
+    """A real `dear train` process killed after a checkpoint resumes to the bytes of an uninterrupted run.
+
+    Both runs are subprocesses with the same environment (CPU float sums depend on the thread
+    count), started together so that the uninterrupted one costs no extra wall time.
+    """
+    params = fake_run.params_file(tmp_path / "params.yaml", train={"epochs": 30, "checkpoint_every": 3})
+    long_world = SimpleNamespace(**{**vars(world), "params": params})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    logs = [open(tmp_path / name, "w+") for name in ("reference.log", "killed.log")]  # files: a full pipe would block
+    reference = subprocess.Popen(dear_train(long_world, tmp_path / "reference", tmp_path / "reference.ckpt"), env=env,
+                                 stdout=subprocess.DEVNULL, stderr=logs[0])
+    ck, out = tmp_path / "ckpt.pt", tmp_path / "killed"
+    process = subprocess.Popen(dear_train(long_world, out, ck), env=env, stdout=subprocess.DEVNULL, stderr=logs[1])
+    deadline = time.monotonic() + 120
+    while not ck.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    running = process.poll() is None
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert running and ck.exists(), f"the run ended before it could be killed: {(tmp_path / 'killed.log').read_text()[-2000:]}"
+    assert not (out / "model.pt").exists()
+    resumed = subprocess.run(dear_train(long_world, out, ck), env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming at step" in resumed.stderr
+    assert reference.wait(timeout=300) == 0, (tmp_path / "reference.log").read_text()[-2000:]
+    for log in logs:
+        log.close()
+    assert (out / "model.pt").read_bytes() == (tmp_path / "reference" / "model.pt").read_bytes()
+    steps = pq.read_table(out / "train_log.parquet")["step"].to_pylist()
+    assert steps == list(range(4 * 30))
+    assert not ck.exists()
+
+
+def invoke(world, tmp_path, *extra, method="dear", fewshot=None):
+    args = ["train", "--params", str(world.params), "--method", method, "--dataset", "toy", "--seed", "1",
+            "--backbone", str(world.backbone), "--fewshot", str(fewshot or world.fewshot), "--out", str(tmp_path / "out"),
+            "--checkpoint", str(tmp_path / "ck" / "ckpt.pt"), *extra]
+    return CliRunner().invoke(app, args)
+
+
+def assert_clean_failure(result, tmp_path: Path, *phrases: str) -> None:
+    """Exit 1, one `error:` line naming what is wrong, no traceback, nothing written."""
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    for phrase in phrases:
+        assert phrase in errors[0], errors[0]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "ck").exists()
+
+
+def test_roles_of_another_backbone_are_refused(world, tmp_path):
+    other = fake_run.roles(tmp_path / "roles.parquet", "0" * 64)
+    assert_clean_failure(invoke(world, tmp_path, "--roles", str(other)), tmp_path, "roles.parquet", "another backbone")
+
+
+def test_fewshot_table_missing_a_base_class_is_refused(world, tmp_path):
+    fewshot = fake_run.fewshot(tmp_path / "fewshot.parquet", tmp_path / "images", drop_base_label=1)
+    result = invoke(world, tmp_path, "--roles", str(world.roles), fewshot=fewshot)
+    assert_clean_failure(result, tmp_path, "fewshot.parquet", "base classes [1]")
+
+
+def test_dear_without_roles_unknown_method_and_classes_are_refused(world, tmp_path):
+    assert_clean_failure(invoke(world, tmp_path), tmp_path, "--roles")
+    assert_clean_failure(invoke(world, tmp_path, method="cocoop"), tmp_path, "--method", "cocoop")
+    assert_clean_failure(invoke(world, tmp_path, "--classes", "novel", method="coop"), tmp_path, "--classes", "novel")
+
+
+def test_classes_all_trains_on_every_class(world, tmp_path):
+    result = invoke(world, tmp_path, "--classes", "all", method="coop")
+    assert result.exit_code == 0, result.output
+    from dear.model.trained import read_trained
+
+    payload = read_trained(tmp_path / "out" / "model.pt")
+    assert payload["classnames"] == fake_run.CLASSNAMES and payload["classes"] == "all"
+    assert pq.read_table(tmp_path / "out" / "train_log.parquet").num_rows == 2 * 8  # 32 shots, batch 4, 2 epochs
+
+
+def test_template_without_a_slot_is_refused(world, tmp_path):
+    params = fake_run.params_file(tmp_path / "params.yaml", train={"template": "a photo"})
+    result = CliRunner().invoke(app, ["train", "--params", str(params), "--method", "coop", "--dataset", "toy",
+                                      "--seed", "1", "--backbone", str(world.backbone), "--fewshot", str(world.fewshot),
+                                      "--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ck" / "c.pt")])
+    assert_clean_failure(result, tmp_path, "template")
+
+
+@pytest.mark.gpu
+def test_cuda_bf16_training_runs(world, tmp_path):
+    params = fake_run.params_file(tmp_path / "params.yaml", train={"device": "cuda", "precision": "bf16"})
+    out = train(world, tmp_path / "run", params=params)
+    log = pq.read_table(out / "train_log.parquet").to_pylist()
+    assert len(log) == N_STEPS and all(row["loss"] == row["loss"] for row in log)
