@@ -1,0 +1,288 @@
+"""`dear profile`: what does each attention head of the image encoder do? (SPEC §1-3)
+
+Streams a seeded sample of one split of a prepared dataset through the
+backbone, decomposes the image embedding into per-head direct contributions
+(`dear.model.decompose`), explains every head of the last `profile.layers`
+layers with TextSpan over the text bank (`dear.model.textspan`), and turns
+each head's picked texts into a distribution over concepts, its Concept
+Entropy and a role (`dear.model.concepts`). Writes into the output folder:
+`roles.parquet`, `head_concepts.parquet`, `head_texts.parquet` (schemas
+below), `heatmap.png` and `roles.md`. Every input is read and checked
+before the first file is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from dear.data.manifest import read_manifest, select
+from dear.errors import DearError
+from dear.io import provenance, sha256_file, write_bytes, write_parquet, write_text
+from dear.model import concepts as cpt
+from dear.model import internals
+from dear.model.decompose import check_layers, head_statistics
+from dear.model.textbank import TextBank, embed_texts, load_bank
+from dear.model.textspan import Pick, check_rank, text_span
+from dear.params import Params, Profile
+from dear.progress import track
+
+log = logging.getLogger("dear.profile")
+
+ROLES_SCHEMA = pa.schema([
+    pa.field("layer", pa.int32(), nullable=False),  # 1-based
+    pa.field("head", pa.int32(), nullable=False),  # 0-based within the layer
+    pa.field("entropy_bits", pa.float64(), nullable=False),
+    pa.field("role", pa.string(), nullable=False),  # attribute | generalization | mixed
+    pa.field("concept", pa.string(), nullable=False),  # dominant concept (argmax P)
+    pa.field("concept_share", pa.float64(), nullable=False),  # P(concept)
+    pa.field("mask_role", pa.string(), nullable=False),  # what the role mask uses
+    pa.field("n_images", pa.int64(), nullable=False),
+    pa.field("model_sha256", pa.string(), nullable=False),
+    pa.field("text_bank_sha256", pa.string(), nullable=False),
+])
+
+HEAD_CONCEPTS_SCHEMA = pa.schema([
+    pa.field("layer", pa.int32(), nullable=False),
+    pa.field("head", pa.int32(), nullable=False),
+    pa.field("concept", pa.string(), nullable=False),
+    pa.field("probability", pa.float64(), nullable=False),
+])
+
+HEAD_TEXTS_SCHEMA = pa.schema([
+    pa.field("layer", pa.int32(), nullable=False),
+    pa.field("head", pa.int32(), nullable=False),
+    pa.field("rank", pa.int32(), nullable=False),  # 1 = picked first
+    pa.field("text", pa.string(), nullable=False),
+    pa.field("concept", pa.string(), nullable=False),  # bank label, or cluster name in cluster mode
+    pa.field("variance_explained", pa.float64(), nullable=False),  # share of the head's total variance
+])
+
+
+@dataclass(frozen=True)
+class Inputs:
+    backbone: Path  # folder made by `dear backbone` (model.pt + card.json)
+    manifest: Path  # data/<ds>/manifest.parquet (or its folder)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    folder: Path
+
+    @property
+    def roles(self) -> Path:
+        return self.folder / "roles.parquet"
+
+    @property
+    def head_concepts(self) -> Path:
+        return self.folder / "head_concepts.parquet"
+
+    @property
+    def head_texts(self) -> Path:
+        return self.folder / "head_texts.parquet"
+
+    @property
+    def heatmap(self) -> Path:
+        return self.folder / "heatmap.png"
+
+    @property
+    def summary(self) -> Path:
+        return self.folder / "roles.md"
+
+
+@dataclass(frozen=True)
+class HeadResult:
+    """Everything the tables say about one head."""
+
+    layer: int  # 1-based
+    head: int  # 0-based
+    picks: list[Pick]
+    pick_texts: list[str]
+    pick_concepts: list[str]
+    distribution: dict[str, float]
+    entropy: float
+    concept: str
+    role: str = ""
+    mask_role: str = ""
+
+
+def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
+    cfg = params.profile
+    _check_settings(cfg)
+    bank = load_bank(cfg.text_bank, cfg.concepts.allowed)
+    paths = image_paths(inputs.manifest, cfg)
+    from dear.model.clip import load_backbone
+
+    backbone = load_backbone(inputs.backbone)
+    model = backbone.model
+    depth = check_layers(model, cfg.layers)
+    dim = internals.image_projection(model).shape[1]
+    check_rank(cfg.svd_rank, cfg.texts_per_head, len(paths), dim, len(bank))
+    with torch.no_grad():
+        texts = embed_texts(model, backbone.tokenizer, bank.texts, cfg.text_batch_size, progress=track).numpy()
+        batches = image_batches(paths, backbone.preprocess, cfg.batch_size)
+        stats = head_statistics(model, batches, cfg.layers, cfg.contributions)
+    results = explain_heads(stats.covariance.numpy(), texts, bank, cfg, first_layer=depth - cfg.layers + 1)
+    model_sha = sha256_file(Path(inputs.backbone) / "model.pt")  # the same hash as the backbone card's
+    record = provenance(cfg, {"manifest": inputs.manifest, "backbone": inputs.backbone, "text_bank": bank.source})
+    record["model_sha256"] = model_sha
+    _write(outputs, results, cfg, bank, len(paths), model_sha, record)
+    log.info("profiled %d heads of layers %d-%d on %d images: %s", len(results), depth - cfg.layers + 1, depth,
+             len(paths), _counts([r.role for r in results]))
+
+
+def _check_settings(cfg: Profile) -> None:
+    limits = cfg.roles
+    if not limits.low < limits.high:
+        raise DearError(f"profile.roles: low ({limits.low}) must be below high ({limits.high})")
+    if limits.mode == "quantile" and limits.high > 1.0:
+        raise DearError(f"profile.roles.high: {limits.high} is not a quantile; use 0..1 or mode: absolute")
+    missing = [c for c in cpt.CORE_CONCEPTS if c not in cfg.concepts.allowed]
+    if missing:
+        raise DearError(f"profile.concepts.allowed: the core attributes {missing} are missing; add them")
+
+
+# --- images ------------------------------------------------------------------------
+
+def image_paths(manifest: Path, cfg: Profile) -> list[str]:
+    """A seeded sample (at most `max_images`) of the split's paths, sorted."""
+    rows = select(read_manifest(manifest), split=cfg.split)
+    paths = sorted(rows["path"].to_pylist())
+    if not paths:
+        raise DearError(f"{manifest}: no images in split '{cfg.split}'; set profile.split to a split it has")
+    if len(paths) > cfg.max_images:
+        keep = np.random.default_rng(cfg.seed).choice(len(paths), cfg.max_images, replace=False)
+        paths = [paths[i] for i in sorted(keep)]
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise DearError(f"{manifest}: {len(missing)} profiled image(s) missing, e.g. {missing[0]}; "
+                        "run from the project root or rerun `dear prepare`")
+    if Path(manifest).resolve().parent.name != cfg.dataset:
+        log.warning("%s is not in a folder named profile.dataset (%s); check the two agree", manifest, cfg.dataset)
+    if cfg.split == "test":
+        log.warning("profiling test images of %s: do not evaluate on this dataset's test split", cfg.dataset)
+    return paths
+
+
+def image_batches(paths: list[str], preprocess, batch_size: int) -> Iterator[torch.Tensor]:
+    """Preprocessed image batches [B, 3, S, S], in order."""
+    from PIL import Image
+
+    starts = range(0, len(paths), batch_size)
+    for start in track(starts, description="profiling images", total=len(starts)):
+        tensors = []
+        for path in paths[start:start + batch_size]:
+            try:
+                with Image.open(path) as image:
+                    tensors.append(preprocess(image.convert("RGB")))
+            except OSError as err:  # PIL's UnidentifiedImageError is an OSError
+                raise DearError(f"{path}: not a readable image ({type(err).__name__}); "
+                                "fix or remove it and rerun `dear prepare`") from err
+        yield torch.stack(tensors)
+
+
+# --- heads -------------------------------------------------------------------------
+
+def explain_heads(covariances: np.ndarray, texts: np.ndarray, bank: TextBank, cfg: Profile,
+                  first_layer: int) -> list[HeadResult]:
+    """TextSpan, concepts, entropy and role of every head. covariances: [Lp, H, E, E]."""
+    n_layers, n_heads = covariances.shape[:2]
+    spans = [(first_layer + i, h, text_span(covariances[i, h], texts, cfg.svd_rank, cfg.texts_per_head))
+             for i in range(n_layers) for h in range(n_heads)]
+    labels = _pick_concepts(spans, bank, cfg)
+    names = list(cfg.concepts.allowed) + ([cpt.NOISE] if cfg.concepts.source == "cluster" else [])
+    results = []
+    for (layer, head, picks), pick_concepts in zip(spans, labels):
+        weights = [1.0] * len(picks) if cfg.weighting == "uniform" else [p.variance for p in picks]
+        p = cpt.distribution(pick_concepts, weights, names)
+        texts_of = [bank.texts[pick.index] for pick in picks]
+        results.append(HeadResult(layer, head, picks, texts_of, pick_concepts, p, cpt.entropy_bits(p.values()),
+                                  cpt.dominant(p, pick_concepts)))
+    limits = cpt.thresholds([r.entropy for r in results], cfg.roles.mode, cfg.roles.low, cfg.roles.high)
+    return [_with_role(r, cpt.role(r.entropy, limits)) for r in results]
+
+
+def _with_role(result: HeadResult, role: str) -> HeadResult:
+    return HeadResult(**{**result.__dict__, "role": role, "mask_role": cpt.mask_role(role, result.concept)})
+
+
+def _pick_concepts(spans: list, bank: TextBank, cfg: Profile) -> list[list[str]]:
+    """Concept of each picked text: the bank's label, or its cluster's name (cluster mode)."""
+    if cfg.concepts.source == "bank":
+        return [[bank.concepts[p.index] for p in picks] for _, _, picks in spans]
+    unique = sorted({p.index for _, _, picks in spans for p in picks})
+    named = cpt.cluster_concepts([bank.texts[i] for i in unique], [bank.concepts[i] for i in unique],
+                                 cfg.concepts.min_cluster_size, cfg.concepts.min_samples)
+    by_index = dict(zip(unique, named))
+    return [[by_index[p.index] for p in picks] for _, _, picks in spans]
+
+
+# --- outputs -----------------------------------------------------------------------
+
+def _write(outputs: Outputs, results: list[HeadResult], cfg: Profile, bank: TextBank, n_images: int,
+           model_sha: str, record: dict) -> None:
+    roles = {
+        "layer": [r.layer for r in results], "head": [r.head for r in results],
+        "entropy_bits": [r.entropy for r in results], "role": [r.role for r in results],
+        "concept": [r.concept for r in results], "concept_share": [r.distribution[r.concept] for r in results],
+        "mask_role": [r.mask_role for r in results], "n_images": [n_images] * len(results),
+        "model_sha256": [model_sha] * len(results), "text_bank_sha256": [bank.sha256] * len(results),
+    }
+    concept_rows = [(r.layer, r.head, c, p) for r in results for c, p in r.distribution.items()]
+    text_rows = [(r.layer, r.head, rank, text, concept, pick.share) for r in results
+                 for rank, (pick, text, concept) in enumerate(zip(r.picks, r.pick_texts, r.pick_concepts), start=1)]
+    write_parquet(outputs.roles, pa.table(roles), ROLES_SCHEMA, record)
+    write_parquet(outputs.head_concepts, _columns(concept_rows, HEAD_CONCEPTS_SCHEMA), HEAD_CONCEPTS_SCHEMA, record)
+    write_parquet(outputs.head_texts, _columns(text_rows, HEAD_TEXTS_SCHEMA), HEAD_TEXTS_SCHEMA, record)
+    write_bytes(outputs.heatmap, _heatmap(results, cfg, n_images))
+    write_text(outputs.summary, summary_markdown(results, cfg, n_images))
+
+
+def _columns(rows: list[tuple], schema: pa.Schema) -> pa.Table:
+    return pa.table({name: [row[i] for row in rows] for i, name in enumerate(schema.names)})
+
+
+def _heatmap(results: list[HeadResult], cfg: Profile, n_images: int) -> bytes:
+    from dear.report.heatmap import role_heatmap
+
+    layers = sorted({r.layer for r in results})
+    heads = max(r.head for r in results) + 1
+    grid = {(r.layer, r.head): r for r in results}
+    entropy = np.array([[grid[(layer, h)].entropy for h in range(heads)] for layer in layers])
+    roles = [[grid[(layer, h)].role for h in range(heads)] for layer in layers]
+    concepts = [[grid[(layer, h)].concept for h in range(heads)] for layer in layers]
+    title = f"Concept Entropy of {cfg.dataset} ({cfg.split}, {n_images} images, N={cfg.texts_per_head})"
+    return role_heatmap(layers, heads, entropy, roles, concepts, title)
+
+
+def _counts(values: list[str]) -> str:
+    return ", ".join(f"{name} {values.count(name)}" for name in sorted(set(values)))
+
+
+def summary_markdown(results: list[HeadResult], cfg: Profile, n_images: int, top_heads: int = 8,
+                     top_texts: int = 5) -> str:
+    """roles.md: counts per role and concept, then the most specialized heads and their first texts."""
+    lines = [f"# Head roles: {cfg.dataset} ({cfg.split} split, {n_images} images)", "",
+             f"Layers {results[0].layer}-{results[-1].layer}, {len(results)} heads; N = {cfg.texts_per_head} texts "
+             f"per head, r = {cfg.svd_rank}, weighting {cfg.weighting}, concepts from {cfg.concepts.source}, "
+             f"thresholds {cfg.roles.mode} ({cfg.roles.low}, {cfg.roles.high}).", "",
+             "| role | heads |", "| --- | --- |"]
+    lines += [f"| {role} | {sum(r.role == role for r in results)} |" for role in (cpt.ATTRIBUTE, cpt.MIXED,
+                                                                                   cpt.GENERALIZATION)]
+    lines += ["", "| dominant concept | heads | attribute heads |", "| --- | --- | --- |"]
+    for concept in sorted({r.concept for r in results}):
+        group = [r for r in results if r.concept == concept]
+        lines.append(f"| {concept} | {len(group)} | {sum(r.role == cpt.ATTRIBUTE for r in group)} |")
+    lines += ["", "## Most specialized heads", ""]
+    for r in sorted(results, key=lambda r: (r.entropy, r.layer, r.head))[:top_heads]:
+        lines.append(f"- L{r.layer}.H{r.head}: {r.role}, {r.concept} ({r.distribution[r.concept]:.0%}), "
+                     f"H = {r.entropy:.2f} bits")
+        for pick, text, concept in list(zip(r.picks, r.pick_texts, r.pick_concepts))[:top_texts]:
+            lines.append(f"  - {text} [{concept}, {pick.share:.1%} of the variance]")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,69 @@
+"""TextSpan on constructed heads whose answer is known (SPEC §2)."""
+
+import numpy as np
+import pytest
+
+from dear.errors import DearError
+from dear.model.textspan import check_rank, covariance, text_span
+
+
+def _unit_rows(rng, k, e):
+    rows = rng.standard_normal((k, e))
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_head_built_from_two_texts_picks_them_first():
+    rng = np.random.default_rng(0)
+    texts = _unit_rows(rng, 60, 24)  # [K, E]
+    a, b = rng.standard_normal((2, 500))
+    head = np.outer(3.0 * a, texts[11]) + np.outer(1.0 * b, texts[42]) + 0.01 * rng.standard_normal((500, 24))
+    picks = text_span(covariance(head), texts, rank=10, picks=4)
+    assert [p.index for p in picks[:2]] == [11, 42]
+    assert picks[0].variance > picks[1].variance > 10 * picks[2].variance
+    assert picks[0].share + picks[1].share == pytest.approx(1.0, abs=0.01)
+    assert len({p.index for p in picks}) == 4  # never the same text twice
+
+
+def _reference_textspan(data, texts, rank, picks):
+    """TextSpan on the full matrix, written the direct way (no covariance trick)."""
+    data = data - data.mean(0)
+    _, _, vh = np.linalg.svd(data, full_matrices=False)
+    basis = vh[:rank].T
+    texts = texts @ basis @ basis.T
+    chosen = []
+    for _ in range(picks):
+        scores = (data @ texts.T).var(axis=0)
+        scores[chosen] = -np.inf
+        best = int(np.argmax(scores))
+        chosen.append(best)
+        unit = texts[best] / np.linalg.norm(texts[best])
+        data = data - np.outer(data @ unit, unit)
+        texts = texts - np.outer(texts @ unit, unit)
+    return chosen
+
+
+def test_streaming_form_matches_the_direct_algorithm():
+    rng = np.random.default_rng(1)
+    texts = _unit_rows(rng, 200, 32)
+    data = rng.standard_normal((300, 32)) @ rng.standard_normal((32, 32))  # correlated contributions
+    fast = [p.index for p in text_span(covariance(data), texts, rank=12, picks=8)]
+    assert fast == _reference_textspan(data, texts, rank=12, picks=8)
+
+
+def test_texts_outside_the_top_rank_span_are_not_picked():
+    rng = np.random.default_rng(2)
+    basis = np.eye(16)
+    head = np.outer(rng.standard_normal(400) * 5, basis[0]) + np.outer(rng.standard_normal(400), basis[1])
+    texts = np.stack([basis[1], basis[0] * 0.5 + basis[5] * 0.866, basis[7]])
+    picks = text_span(covariance(head), texts, rank=1, picks=1)
+    assert picks[0].index == 1  # only direction 0 survives the rank-1 projection
+
+
+def test_rank_larger_than_images_allow_is_a_clean_error():
+    with pytest.raises(DearError, match="svd_rank: rank 80 needs at least 81 images"):
+        check_rank(rank=80, picks=20, n_images=50, dim=512, n_texts=1000)
+    with pytest.raises(DearError, match="embedding dim >= 80"):
+        check_rank(rank=80, picks=20, n_images=500, dim=64, n_texts=1000)
+    with pytest.raises(DearError, match="texts_per_head"):
+        check_rank(rank=10, picks=20, n_images=500, dim=64, n_texts=1000)
+    check_rank(rank=80, picks=20, n_images=81, dim=512, n_texts=1000)
