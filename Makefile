@@ -25,6 +25,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadgroup -q
 
+# The pipeline on a real one-node Slurm (root; installs slurm-wlm + munge with apt-get on first use).
+# Slurm is stopped again even when the tests fail or are interrupted.
+test-cluster: $(STAMP)
+	scripts/slurm-local.sh install
+	scripts/slurm-local.sh start
+	trap 'scripts/slurm-local.sh stop' EXIT; trap 'exit 130' INT TERM; \
+	SLURM_CONF=$${SLURM_LOCAL_DIR:-/tmp/dear-slurm}/etc/slurm.conf \
+	timeout --foreground -s INT 540 $(PY) -m pytest -m cluster -q tests/cluster
+
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
 

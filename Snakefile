@@ -16,3 +16,8 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         "report/results.md",
+
+
+# A failed run ends with the jobs that failed for good and the logs to read.
+onerror:
+    shell("python3 workflow/scripts/summarize_failures.py {log:q}")
