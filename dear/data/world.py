@@ -137,7 +137,8 @@ class DatasetSpec:
     per_class: tuple[int, int, int]   # train, val, test images per class
 
 
-def dataset_specs(world) -> list[DatasetSpec]:
+def dataset_specs(world, every_attribute_set: bool = False) -> list[DatasetSpec]:
+    """Specs of the materialized datasets (`every_attribute_set`: also the attribute sets left out)."""
     objects, objects_b = object_classes(world)
     names = lambda items: [name for _, name in items]  # noqa: E731
     specs = [
@@ -147,7 +148,7 @@ def dataset_specs(world) -> list[DatasetSpec]:
     ]
     values = {"colors": list(world.colors), "textures": list(world.textures), "shapes": list(world.shapes),
               "positions": list(positions(world))}
-    for set_name in world.attribute_sets:
+    for set_name in (ATTRIBUTE_SETS if every_attribute_set else world.attribute_sets):
         specs.append(DatasetSpec(f"world_{set_name}", values[set_name], ATTRIBUTE_SETS[set_name], objects,
                                  "photo", tuple(world.attribute_split)))
     return specs
@@ -172,8 +173,13 @@ def _pin(spec: DatasetSpec, label: int, world) -> dict:
 
 
 def test_scene_keys(world) -> set[tuple]:
-    """Exact keys of every test scene of every dataset (the corpus must avoid them)."""
-    return {scene.key() for spec in dataset_specs(world) for _, _, scene in dataset_scenes(world, spec, "test")}
+    """Exact keys of every test scene of every dataset (the corpus must avoid them).
+
+    Attribute sets left out of `world.attribute_sets` count too, so the corpus
+    does not change when a set is dropped from the materialized world.
+    """
+    return {scene.key() for spec in dataset_specs(world, every_attribute_set=True)
+            for _, _, scene in dataset_scenes(world, spec, "test")}
 
 
 # --- captions and the pretraining corpus ---------------------------------------
@@ -266,20 +272,20 @@ def tiny_params() -> dict[str, dict]:
     """
     return {
         "world": {
-            "seed": 0, "image_size": 32, "grid": 2, "n_objects": 12, "n_objects_b": 4,
+            "seed": 0, "image_size": 32, "grid": 2, "n_objects": 8, "n_objects_b": 4,
             "colors": ["red", "green", "blue", "yellow"], "textures": ["plain", "striped", "checkered", "dotted"],
             "shapes": ["circle", "square", "triangle", "star"],
             "attribute_sets": ["colors", "textures", "shapes", "positions"],
-            "emoji_px_min": 12, "emoji_px_max": 14, "shape_px_min": 10, "shape_px_max": 12, "jitter_px": 1,
+            "emoji_px_min": 14, "emoji_px_max": 16, "shape_px_min": 12, "shape_px_max": 14, "jitter_px": 1,
             "texture_period": 4, "texture_shade": 0.55, "outline_px": 1, "color_jitter": 10,
             "objects_split": [4, 2, 4], "sketch_split": [1, 1, 4], "attribute_split": [4, 2, 6],
-            "caption_object": 0.8, "caption_position": 0.5, "caption_shape": 0.5, "caption_color": 0.5,
-            "caption_texture": 0.5, "corpus_sketch": 0.05,
+            "caption_object": 1.0, "caption_position": 0.3, "caption_shape": 0.3, "caption_color": 0.3,
+            "caption_texture": 0.3, "corpus_sketch": 0.05,
         },
         "model": {"arch": "dear-world-tiny", "pretrained": "embedded", "cache_dir": None},
         "backbone": {
-            "seed": 0, "steps": 150, "batch_size": 32, "lr": 2.0e-3, "weight_decay": 0.1, "warmup_fraction": 0.05,
-            "precision": "fp32", "threads": 1, "eval_batch_size": 256, "twin_fraction": 0.5,
+            "seed": 0, "steps": 300, "batch_size": 32, "lr": 2.0e-3, "weight_decay": 0.1, "warmup_fraction": 0.05,
+            "precision": "fp32", "threads": 1, "eval_batch_size": 256, "twin_fraction": 0.0,
             "twin_weights": {"position": 0.35, "shape": 0.35, "texture": 0.2, "color": 0.1},
         },
     }

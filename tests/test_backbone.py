@@ -1,0 +1,126 @@
+"""The backbone stage: tiny training helps, weights round-trip exactly, bad weights fail cleanly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from dear.cli import app
+from dear.data import world as world_data
+from dear.errors import DearError
+from dear.model import clip
+from dear.model.pretrain import pretrain
+from dear.params import load_params
+from dear.stages import backbone as backbone_stage
+from dear.stages import world as world_stage
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.xdist_group("backbone")
+
+
+@pytest.fixture(scope="module")
+def params():
+    return world_data.tiny(load_params(ROOT / "params.yaml"))
+
+
+@pytest.fixture(scope="module")
+def built(params, tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(params file, world folder, backbone folder) of the tiny setting, made through the CLI."""
+    root = tmp_path_factory.mktemp("tiny")
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw.update(world_data.tiny_params())
+    params_file = root / "params.yaml"
+    params_file.write_text(yaml.safe_dump(raw))
+    runner = CliRunner()
+    for args in (["world", "--out", str(root / "world")],
+                 ["backbone", "--world", str(root / "world"), "--out", str(root / "backbone")]):
+        result = runner.invoke(app, [*args, "--params", str(params_file)])
+        assert result.exit_code == 0, result.output
+    return params_file, root / "world", root / "backbone"
+
+
+def test_tiny_training_beats_random_init(params, built):
+    _, world, folder = built
+    card = json.loads((folder / "card.json").read_text())
+    torch.manual_seed(params.backbone.seed)
+    random_model = clip.create_model("dear-world-tiny", None).eval()
+    world_card = json.loads((world / "card.json").read_text())
+    before = backbone_stage.sanity_metrics(random_model, clip.tokenizer("dear-world-tiny"),
+                                           clip.eval_transform(random_model), world, world_card, 256)
+    after = card["sanity"]
+    assert after["world_objects"]["top1"] >= before["world_objects"]["top1"] + 0.15
+    assert after["world_objects"]["top1"] >= 2 * after["world_objects"]["chance"]
+    assert after["world_colors"]["top1"] >= after["world_colors"]["chance"] + 0.25
+    assert card["sha256"] and card["parameters"] == sum(p.numel() for p in random_model.parameters())
+    assert card["training"]["steps"] == params.backbone.steps
+
+
+def test_loaded_backbone_reproduces_encode_image(params, tmp_path):
+    tiny = params.backbone.model_copy(update={"steps": 3})
+    models = []
+    for _ in range(2):   # training is deterministic for a seed on CPU
+        torch.manual_seed(0)
+        models.append(clip.create_model("dear-world-tiny", None))
+        pretrain(models[-1], clip.tokenizer("dear-world-tiny"), params.world, tiny, set())
+    model = models[0]
+    assert backbone_stage.state_dict_bytes(models[0]) == backbone_stage.state_dict_bytes(models[1])
+    (tmp_path / "model.pt").write_bytes(backbone_stage.state_dict_bytes(model))
+    (tmp_path / "card.json").write_text(json.dumps({"arch": "dear-world-tiny"}))
+    loaded = clip.load_backbone(tmp_path)
+    pixels = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(model.eval().encode_image(pixels), loaded.model.encode_image(pixels))
+    assert not loaded.model.training and loaded.tokenizer(["a photo of a thing."]).shape == (1, 24)
+
+
+@pytest.mark.slow
+def test_vit_b16_without_weights_loads_from_a_local_file(tmp_path):
+    torch.manual_seed(0)
+    original = clip.create_model("ViT-B-16", None)
+    path = tmp_path / "vit-b-16.pt"
+    torch.save(original.state_dict(), path)
+    loaded = clip.create_model("ViT-B-16", str(path))
+    for key, value in original.state_dict().items():
+        assert torch.equal(value, loaded.state_dict()[key]), key
+
+
+def _run_backbone(built, tmp_path, **model):
+    params_file, world, _ = built
+    raw = yaml.safe_load(params_file.read_text())
+    raw["model"].update(model)
+    bad_params = tmp_path / "params.yaml"
+    bad_params.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "backbone"
+    result = CliRunner().invoke(app, ["backbone", "--params", str(bad_params), "--world", str(world), "--out", str(out)])
+    return result, out
+
+
+def test_corrupt_weights_fail_in_one_line(built, tmp_path):
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"\x00not a torch file" * 100)
+    result, out = _run_backbone(built, tmp_path, pretrained=str(corrupt))
+    assert result.exit_code == 1
+    assert result.output.strip().count("\n") == 0 and str(corrupt) in result.output and "dear-world-tiny" in result.output
+    assert not out.exists()
+
+
+def test_wrong_architecture_fails_in_one_line(built, tmp_path):
+    _, _, folder = built
+    result, out = _run_backbone(built, tmp_path, arch="dear-world", pretrained=str(folder / "model.pt"))
+    assert result.exit_code == 1
+    line = result.output.strip()
+    assert line.count("\n") == 0 and str(folder / "model.pt") in line and "dear-world" in line and "wrong-shape" in line
+    assert not out.exists()
+
+
+def test_unknown_tag_and_offline_download_fail_in_one_line(tmp_path, monkeypatch):
+    with pytest.raises(DearError, match="has no weights 'nonsense'"):
+        clip.create_model("dear-world-tiny", "nonsense")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DearError, match="could not be downloaded.*local weights file"):
+        clip.create_model("RN50", "openai", cache_dir=str(tmp_path))
