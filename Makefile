@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	.venv/bin/snakemake --cores 2 --quiet rules
-	@echo "outputs: see README.md#outputs"
+	.venv/bin/snakemake --cores 2
+	@echo "The report is in report/results.md (pictures beside it: report/*.png)."
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadgroup -q
@@ -38,4 +38,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf .snakemake data/*/ backbone roles runs report logs .dvc/tmp .dvc/cache
+	rm -rf .snakemake world data backbone roles runs transfer report logs checkpoints .dvc/tmp .dvc/cache

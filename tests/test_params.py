@@ -111,3 +111,8 @@ def test_cli_reports_bad_params_in_one_line_with_exit_1(tmp_path):
 def test_missing_params_file_is_a_clean_error(tmp_path):
     with pytest.raises(DearError, match="parameters file not found"):
         load_params(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_are_valid(path):
+    load_params(path)
