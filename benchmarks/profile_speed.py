@@ -22,10 +22,19 @@ import time
 import torch
 
 
+DEVICE = "cpu"
+
+
 def batches(n_images: int, batch: int, size: int, seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     for start in range(0, n_images, batch):
-        yield torch.randn(min(batch, n_images - start), 3, size, size, generator=generator)
+        yield torch.randn(min(batch, n_images - start), 3, size, size, generator=generator).to(DEVICE)
+
+
+def _done() -> None:
+    """Wait for queued GPU work so a timing covers it."""
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def make_model(arch: str):
@@ -34,7 +43,7 @@ def make_model(arch: str):
     import dear.model.clip  # noqa: F401  (registers the embedded architectures)
 
     torch.manual_seed(0)
-    model = open_clip.create_model(arch, pretrained=None).eval()
+    model = open_clip.create_model(arch, pretrained=None).eval().to(DEVICE)
     return model, model.visual.image_size[0] if isinstance(model.visual.image_size, tuple) else model.visual.image_size
 
 
@@ -43,6 +52,7 @@ def plain_pass(model, args, size) -> float:
     start = time.perf_counter()
     for images in batches(args.images, args.batch, size):
         model.encode_image(images)
+    _done()
     return time.perf_counter() - start
 
 
@@ -54,6 +64,7 @@ def recomposed_pass(model, args, size) -> float:
     start = time.perf_counter()
     for images in batches(args.images, args.batch, size):
         internals.encode_image(model, images)
+    _done()
     return time.perf_counter() - start
 
 
@@ -64,6 +75,7 @@ def profile_pass(model, args, size) -> float:
     start = time.perf_counter()
     stats = head_statistics(model, batches(args.images, args.batch, size), args.layers)
     stats.covariance  # the pass is complete once its statistics are
+    _done()
     return time.perf_counter() - start
 
 
@@ -89,8 +101,11 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4, help="profiled layers (profile.layers)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
     torch.set_num_threads(args.threads)
     if args.memory_child:
         return memory_child(args)
@@ -109,6 +124,9 @@ def main() -> None:
     print(f"profile pass       : {args.images / min(profile):8.1f} images/s")
     print(f"ratio profile/plain: {ratio:8.2f}x  (target <= 1.5x)")
     print(f"ratio profile/recomposed forward: {min(profile) / min(recomposed):8.2f}x")
+    if args.device == "cuda":
+        print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
+        return
     small, large = peak_memory(args, args.images), peak_memory(args, 4 * args.images)
     print(f"peak RSS of the profile pass: {small:.0f} MiB for {args.images} images, "
           f"{large:.0f} MiB for {4 * args.images} images")
