@@ -32,7 +32,7 @@ test-cluster: $(STAMP)
 	scripts/slurm-local.sh start
 	trap 'scripts/slurm-local.sh stop' EXIT; trap 'exit 130' INT TERM; \
 	SLURM_CONF=$${SLURM_LOCAL_DIR:-/tmp/dear-slurm}/etc/slurm.conf \
-	timeout --foreground -s INT 540 $(PY) -m pytest -m cluster -q tests/cluster
+	timeout --foreground -s INT 900 $(PY) -m pytest -m cluster -q tests/cluster
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

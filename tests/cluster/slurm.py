@@ -19,6 +19,8 @@ from tests.engines import BIN, engine_env
 PROFILE = Path("workflow") / "profiles" / "slurm"   # the shipped profile, as users run it (relative to a project)
 # what a cluster without accounting needs on top (scalar options: they replace nothing of the profile's)
 NO_ACCOUNTING = ["--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "1"]
+# a test's chains of short jobs: poll every 2 s instead of 10 (a scalar option: replaces nothing of the profile's)
+FAST_POLLING = ["--seconds-between-status-checks", "2"]
 LOCAL_RULES = {"all"}             # rules without a command: Snakemake runs them itself, nothing is submitted
 SNAKEMAKE_TIMEOUT_S = 240         # bound of each snakemake run (timeout -s INT: the executor ignores TERM)
 
@@ -46,6 +48,12 @@ def slurm_jobs() -> dict[str, dict[str, str]]:
         if "JobId" in record:
             jobs[record["JobId"]] = record
     return jobs
+
+
+def memory_mb(text: str) -> int:
+    """Slurm's memory display in MB: '32000M' -> 32000, '62.50G' -> 64000."""
+    scale = {"M": 1, "G": 1024, "T": 1024 ** 2}[text[-1]]
+    return round(float(text[:-1]) * scale)
 
 
 def gpu_rules(profile: dict) -> set[str]:
@@ -101,7 +109,7 @@ def job_stats(output: str) -> dict[str, int]:
 
 def snakemake_command(*args: str, timeout: int = SNAKEMAKE_TIMEOUT_S) -> list[str]:
     return ["timeout", "-s", "INT", str(timeout), str(BIN / "snakemake"), "--profile", str(PROFILE), *NO_ACCOUNTING,
-            *args]
+            *FAST_POLLING, *args]
 
 
 def run_snakemake(project: Path, *args: str) -> Run:

@@ -11,18 +11,21 @@ import os
 import signal
 import subprocess
 from collections import Counter
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 import yaml
 
 from dear.data.world import tiny_params
+from dear.model.trained import read_trained
 from tests.cluster.slurm import (LOCAL_RULES, PROFILE, SNAKEMAKE_TIMEOUT_S, Run, fail_with_output, gpu_rules,
-                                 requested_mem_mb, run_snakemake, slurm, slurm_available, slurm_jobs, start_snakemake,
-                                 submissions, wait_for)
+                                 memory_mb, requested_mem_mb, run_snakemake, slurm, slurm_available, slurm_jobs,
+                                 start_snakemake, submissions, wait_for)
 from tests.engines import BIN, ROOT, engine_env, make_project
 from tests.fake_coop import JSON_LAYOUT, make_fake_dataset
 
@@ -34,11 +37,16 @@ TARGETS = [f"data/{name}/manifest.parquet" for name in DATASETS]   # what snakem
 DATA_OVERRIDES = dict(source="coop", seeds=[1], shots=2, val_shots=1, verify="decode", workers=1)
 
 
-def study_params(data_root: Path, extra_datasets: list[str] = ()) -> str:
-    """The repository's params.yaml, its study made of the fake DATASETS (plus `extra_datasets` prepared too)."""
+def study_params(data_root: Path, extra_datasets: list[str] = (), overrides: dict | None = None) -> str:
+    """The repository's params.yaml, its study made of the fake DATASETS (plus `extra_datasets` prepared too).
+
+    `overrides` ({section: {key: value}}) replace single values, e.g. a longer training.
+    """
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params.update(tiny_params())  # the test-sized world, model and backbone
     params["data"].update(DATA_OVERRIDES, root=str(data_root), datasets=[*DATASETS, *extra_datasets])
+    for name, values in (overrides or {}).items():
+        params[name].update(values)
     params["study"]["base_to_novel"] = list(DATASETS)
     params["study"]["transfer"].update(source=DATASETS[0], cross_dataset=DATASETS[1:],
                                        domain_generalization=DATASETS[1:])
@@ -57,11 +65,12 @@ def cluster():
     assert "idle" in state or "mix" in state or "alloc" in state, f"Slurm node not usable: {state!r}"
 
 
-def new_project(folder: Path, data_root: Path, extra_datasets: list[str] = ()) -> Path:
+def new_project(folder: Path, data_root: Path, extra_datasets: list[str] = (), overrides: dict | None = None) -> Path:
     """A copy of the pipeline (Slurm profile included) on fake data."""
+    extra_datasets = [name for name in extra_datasets if name not in DATASETS]
     for name in [*DATASETS, *extra_datasets]:
         make_fake_dataset(data_root, name)
-    project = make_project(folder / "project", study_params(data_root, extra_datasets))
+    project = make_project(folder / "project", study_params(data_root, extra_datasets, overrides))
     # test_params guards the committed schema; here it must describe the params this test runs with
     schema = subprocess.run([str(BIN / "python"), "-m", "dear.params"], env=engine_env(), capture_output=True,
                             text=True, check=True).stdout
@@ -143,15 +152,7 @@ def test_keep_going_finishes_unrelated_datasets_and_lists_the_failed_job_with_it
 
 @dataclass(frozen=True)
 class KillCase:
-    """A job that `scancel` kills mid-run; resubmitted (the profile's retries), it must end as an uninterrupted run.
-
-    The train stage (to add once the tiny pipeline trains in this test's budget): rule = "train",
-    target = "runs/coop/<dataset>/seed1/model.pt", slurm_log_dir = "rule_train/<its wildcards folder>",
-    stall = unstall = nothing, started = "checkpoints/runs/coop/<dataset>/seed1/ckpt.pt exists" (the
-    kill lands after a checkpoint, so the resubmission resumes from it; train.checkpoint_every small
-    and enough steps that the run outlasts the poll), same_as_uninterrupted = equal tensors in both
-    model.pt files and equal train_log losses.
-    """
+    """A job that `scancel` kills mid-run; resubmitted (the profile's retries), it must end as an uninterrupted run."""
 
     rule: str
     dataset: str
@@ -161,6 +162,11 @@ class KillCase:
     started: Callable[[Path], bool]                       # (project) True once the job is mid-run: cancel it now
     unstall: Callable[[Path], None]                       # (data root) before cancelling: let the next attempt finish
     same_as_uninterrupted: Callable[[Path, Path], None]   # (project, reference project): assert equal results
+    params: dict = dataclasses.field(default_factory=dict)  # {section: {key: value}} over the study's params
+
+
+def nothing(_: Path) -> None:
+    """No stall: the job runs long enough by itself."""
 
 
 def first_train_image(data_root: Path, dataset: str) -> Path:
@@ -195,6 +201,20 @@ def same_prepared_tables(dataset: str) -> Callable[[Path, Path], None]:
     return check
 
 
+def same_trained_model(folder: str) -> Callable[[Path, Path], None]:
+    """Equal learnable tensors in both model.pt files, and equal losses at every logged step."""
+    def check(project: Path, reference: Path) -> None:
+        mine, theirs = (read_trained(root / folder / "model.pt") for root in (project, reference))
+        assert mine["state"].keys() == theirs["state"].keys()
+        for name, tensor in mine["state"].items():
+            assert torch.equal(tensor, theirs["state"][name]), name
+        logs = [pq.read_table(root / folder / "train_log.parquet").to_pydict() for root in (project, reference)]
+        assert logs[0]["step"] == logs[1]["step"] and logs[0]["loss"] == logs[1]["loss"]
+    return check
+
+
+TRAIN_RUN = f"runs/coop/{DATASETS[0]}/seed1"
+
 KILL_CASES = {
     "prepare": KillCase(
         rule="prepare",
@@ -205,6 +225,21 @@ KILL_CASES = {
         started=lambda project: (project / "logs" / "prepare" / "oxford_flowers.log").exists(),
         unstall=restore_image("oxford_flowers"),
         same_as_uninterrupted=same_prepared_tables("oxford_flowers"),
+    ),
+    # killed after a checkpoint: the resubmission resumes from it (hundreds of tiny steps outlast the poll)
+    "train": KillCase(
+        rule="train",
+        dataset=DATASETS[0],
+        target=f"{TRAIN_RUN}/model.pt",
+        slurm_log_dir=f"rule_train/coop_{DATASETS[0]}_1",
+        stall=nothing,
+        started=lambda project: (project / "checkpoints" / TRAIN_RUN / "ckpt.pt").exists(),
+        unstall=nothing,
+        same_as_uninterrupted=same_trained_model(TRAIN_RUN),
+        params={"backbone": {"steps": 60},
+                "profile": {"max_images": 16, "batch_size": 16, "svd_rank": 8, "texts_per_head": 5, "layers": 2},
+                "train": {"epochs": 300, "warmup_epochs": 0, "batch_size": 2, "checkpoint_every": 10,
+                          "coop_context": 4, "device": "cpu"}},
     ),
 }
 
@@ -224,7 +259,7 @@ def processes_in(folder: Path) -> list[int]:
 @pytest.mark.parametrize("case", list(KILL_CASES.values()), ids=list(KILL_CASES))
 def test_a_job_cancelled_by_the_scheduler_is_resubmitted_and_ends_as_an_uninterrupted_run(tmp_path, case):
     data_root = tmp_path / "coop"
-    project = new_project(tmp_path, data_root, [case.dataset])
+    project = new_project(tmp_path, data_root, [case.dataset], case.params)
     case.stall(data_root)
 
     process, output = start_snakemake(project, case.target)
@@ -249,8 +284,8 @@ def test_a_job_cancelled_by_the_scheduler_is_resubmitted_and_ends_as_an_uninterr
     ids, jobs = attempts(), slurm_jobs()
     assert ids[0] == first and len(ids) == 2, ids
     assert [jobs[job_id]["JobState"] for job_id in ids] == ["CANCELLED", "COMPLETED"]
-    asked = [f"{requested_mem_mb(profile_of(project), case.rule, attempt)}M" for attempt in (1, 2)]
-    assert [jobs[job_id]["MinMemoryNode"] for job_id in ids] == asked, "memory did not grow with the attempt"
+    asked = [requested_mem_mb(profile_of(project), case.rule, attempt) for attempt in (1, 2)]
+    assert [memory_mb(jobs[job_id]["MinMemoryNode"]) for job_id in ids] == asked, "memory did not grow with the attempt"
     assert processes_in(project) == [], "the cancelled job left processes behind"
     assert summarize(run.log_file) == "No failed jobs.\n", "a job that succeeded on resubmission is listed as failed"
 
