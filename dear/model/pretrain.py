@@ -54,7 +54,8 @@ def contrastive_step(model, optimizer, pixels: torch.Tensor, tokens: torch.Tenso
     """
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
         image = F.normalize(model.encode_image(pixels).float(), dim=-1)    # [B, D]
-        text = F.normalize(internals.encode_text(model, internals.trim_text_padding(model, tokens)).float(), dim=-1)  # [B, D]
+        captions = internals.trim_text_padding(model, tokens)                  # [B, T']
+        text = F.normalize(internals.encode_text(model, captions).float(), dim=-1)  # [B, D]
     logits = model.logit_scale.exp() * image @ text.T                      # [B, B]
     target = torch.arange(logits.shape[0])
     loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2

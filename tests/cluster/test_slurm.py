@@ -11,8 +11,7 @@ import os
 import signal
 import subprocess
 from collections import Counter
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -162,7 +161,7 @@ class KillCase:
     started: Callable[[Path], bool]                       # (project) True once the job is mid-run: cancel it now
     unstall: Callable[[Path], None]                       # (data root) before cancelling: let the next attempt finish
     same_as_uninterrupted: Callable[[Path, Path], None]   # (project, reference project): assert equal results
-    params: dict = dataclasses.field(default_factory=dict)  # {section: {key: value}} over the study's params
+    params: dict = field(default_factory=dict)           # {section: {key: value}} over the study's params
 
 
 def nothing(_: Path) -> None:
@@ -201,9 +200,10 @@ def same_prepared_tables(dataset: str) -> Callable[[Path, Path], None]:
     return check
 
 
-def same_trained_model(folder: str) -> Callable[[Path, Path], None]:
-    """Equal learnable tensors in both model.pt files, and equal losses at every logged step."""
+def resumed_to_the_same_model(folder: str, stage_log: str) -> Callable[[Path, Path], None]:
+    """The last attempt resumed from the checkpoint, and ended with the uninterrupted run's tensors and losses."""
     def check(project: Path, reference: Path) -> None:
+        assert "resuming at step" in (project / stage_log).read_text(), "the resubmission started from scratch"
         mine, theirs = (read_trained(root / folder / "model.pt") for root in (project, reference))
         assert mine["state"].keys() == theirs["state"].keys()
         for name, tensor in mine["state"].items():
@@ -235,7 +235,7 @@ KILL_CASES = {
         stall=nothing,
         started=lambda project: (project / "checkpoints" / TRAIN_RUN / "ckpt.pt").exists(),
         unstall=nothing,
-        same_as_uninterrupted=same_trained_model(TRAIN_RUN),
+        same_as_uninterrupted=resumed_to_the_same_model(TRAIN_RUN, f"logs/train/coop/{DATASETS[0]}/seed1.log"),
         params={"backbone": {"steps": 60},
                 "profile": {"max_images": 16, "batch_size": 16, "svd_rank": 8, "texts_per_head": 5, "layers": 2},
                 "train": {"epochs": 300, "warmup_epochs": 0, "batch_size": 2, "checkpoint_every": 10,
