@@ -99,6 +99,7 @@ class Backbone(Section):
     lr: float = Field(gt=0.0, description="peak AdamW learning rate")
     weight_decay: float = Field(ge=0.0, description="AdamW weight decay")
     warmup_fraction: float = Field(ge=0.0, lt=1.0, description="linear warm-up share of the steps, then cosine")
+    init_temperature: float = Field(gt=0.0, description="initial softmax temperature tau = 1/exp(logit_scale) (CLIP: 0.07)")
     precision: Literal["fp32", "bf16"] = Field(description="autocast precision of training on CPU")
     threads: int = Field(ge=1, description="torch CPU threads (results are bitwise reproducible per thread count)")
     eval_batch_size: int = Field(ge=1, description="batch size of the zero-shot sanity evaluation")

@@ -78,6 +78,16 @@ def test_loaded_backbone_reproduces_encode_image(params, tmp_path):
     assert not loaded.model.training and loaded.tokenizer(["a photo of a thing."]).shape == (1, 24)
 
 
+def test_pretraining_starts_from_the_configured_temperature(params):
+    steps = params.backbone.model_copy(update={"steps": 1, "lr": 1.0e-6})
+    for tau in (0.07, 0.03):
+        torch.manual_seed(0)
+        model = clip.create_model("dear-world-tiny", None)
+        pretrain(model, clip.tokenizer("dear-world-tiny"), params.world,
+                 steps.model_copy(update={"init_temperature": tau}), set())
+        assert abs(1.0 / model.logit_scale.exp().item() - tau) < 1.0e-4  # one step at lr 1e-6 barely moves it
+
+
 @pytest.mark.slow
 def test_vit_b16_without_weights_loads_from_a_local_file(tmp_path):
     torch.manual_seed(0)
