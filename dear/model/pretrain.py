@@ -24,7 +24,7 @@ MAX_LOGIT_SCALE = math.log(100.0)
 
 def pretrain(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tuple], log_every: int = 50) -> list[dict]:
     """Train `model` in place for `backbone.steps` steps; returns the loss log (every `log_every` steps)."""
-    with torch.no_grad():  # the model's own init is CLIP's 0.07; a sharper start speeds up the object classes
+    with torch.no_grad():  # open_clip starts from CLIP's 0.07; a lower tau is a sharper start (README: backbone)
         model.logit_scale.fill_(math.log(1.0 / backbone.init_temperature))
     optimizer = _optimizer(model, backbone)
     schedule = lr_schedule(backbone)

@@ -25,6 +25,7 @@ from dear.model.trained import read_trained
 from tests.cluster.slurm import (LOCAL_RULES, PROFILE, SNAKEMAKE_TIMEOUT_S, Run, fail_with_output, gpu_rules,
                                  memory_mb, requested_mem_mb, run_snakemake, slurm, slurm_available, slurm_jobs,
                                  start_snakemake, submissions, wait_for)
+from tests import tiny_study
 from tests.engines import BIN, ROOT, engine_env, make_project
 from tests.fake_coop import JSON_LAYOUT, make_fake_dataset
 
@@ -214,6 +215,7 @@ def resumed_to_the_same_model(folder: str, stage_log: str) -> Callable[[Path, Pa
 
 
 TRAIN_RUN = f"runs/coop/{DATASETS[0]}/seed1"
+TINY_STUDY = tiny_study.params()  # the test-sized backbone, profile and training the other pipeline tests run
 
 KILL_CASES = {
     "prepare": KillCase(
@@ -236,10 +238,9 @@ KILL_CASES = {
         started=lambda project: (project / "checkpoints" / TRAIN_RUN / "ckpt.pt").exists(),
         unstall=nothing,
         same_as_uninterrupted=resumed_to_the_same_model(TRAIN_RUN, f"logs/train/coop/{DATASETS[0]}/seed1.log"),
-        params={"backbone": {"steps": 60},
-                "profile": {"max_images": 16, "batch_size": 16, "svd_rank": 8, "texts_per_head": 5, "layers": 2},
-                "train": {"epochs": 300, "warmup_epochs": 0, "batch_size": 2, "checkpoint_every": 10,
-                          "coop_context": 4, "device": "cpu"}},
+        params={"backbone": {"steps": TINY_STUDY["backbone"]["steps"]},
+                "profile": TINY_STUDY["profile"],   # its dataset is replaced by the study's
+                "train": {**TINY_STUDY["train"], "epochs": 300, "batch_size": 2, "checkpoint_every": 10}},
     ),
 }
 
