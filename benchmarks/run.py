@@ -4,6 +4,7 @@
     python benchmarks/run.py --arch ViT-B-16 --batch 4 --images 64
 
 Rows (goal in brackets):
+- backbone pretraining step / the same step on torch's default AdamW and attention kernel
 - profile pass / plain encode_image on the same images and model            [<= 1.5]
 - DeAR step with role masks / the same step with every head Mixed            [<= 1.25]
 - DeAR step / CoOp step
@@ -31,6 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
+import pretrain_step  # noqa: E402
 import profile_speed  # noqa: E402
 import train_step  # noqa: E402
 
@@ -142,6 +144,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(min(2, os.cpu_count() or 1))
+    pretraining = pretrain_step.measure(args.repeats * 3)
     profile = profile_ratio(args)
     evaluate = evaluation_ratio(args)
     steps = step_ratios(args)
@@ -149,6 +152,8 @@ def main() -> None:
     engines = noop_engines()
     masked, mixed, coop = (steps[name]["median_s"] for name in ("dear", "dear_nomask", "coop"))
     rows = [
+        ("backbone pretraining step / default AdamW + attention kernel", f"{pretraining['ratio']:.2f}x "
+         f"({pretraining['dear'] * 1000:.0f} vs {pretraining['plain'] * 1000:.0f} ms)", "-"),
         ("profile pass / plain encode_image", f"{profile['ratio']:.2f}x ({profile['images_per_s']:.0f} img/s)", "<= 1.5"),
         ("DeAR masked step / all-Mixed step", f"{masked / mixed:.2f}x ({1 / masked:.1f} steps/s)", "<= 1.25"),
         ("DeAR step / CoOp step", f"{masked / coop:.2f}x", "-"),

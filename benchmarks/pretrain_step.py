@@ -1,0 +1,90 @@
+"""Backbone pretraining step: as `dear backbone` runs it vs the plain recipe, on the same batches.
+
+The plain recipe is torch's defaults: AdamW's per-tensor loop and the attention
+kernel torch picks (flash attention on CPU). `dear` runs the fused AdamW and the
+math attention kernel (dear/model/pretrain.py). Both start from the same
+random dear-world model and see the same corpus batches, stepped in turn.
+
+    python benchmarks/pretrain_step.py --repeats 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def steppers(batches: int = 4):
+    """{name: zero-argument step function} for the plain recipe and dear's, each on its own model copy."""
+    import open_clip
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from dear.data import world
+    from dear.model import clip, pretrain
+    from dear.params import load_params
+
+    params = load_params(ROOT / "params.yaml")
+    arch = clip.resolve_arch(params.model.arch)
+    tokenizer = clip.tokenizer(arch)
+    torch.manual_seed(0)
+    template = open_clip.create_model(arch, pretrained=None)
+    mean, std = clip.normalizer(template)
+    data = []
+    for step in range(batches):
+        images, captions = world.corpus_batch(params.world, params.backbone, step, set())
+        data.append(((torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0 - mean) / std, tokenizer(captions)))
+
+    def stepper(fast: bool):
+        model = copy.deepcopy(template).train()
+        if fast:
+            optimizer, attention = pretrain._optimizer(model, params.backbone), pretrain.ATTENTION
+        else:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=params.backbone.lr, foreach=False)
+            attention = [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]  # torch's own pick on CPU: flash
+        count = [0]
+
+        def step() -> None:
+            pixels, tokens = data[count[0] % len(data)]
+            count[0] += 1
+            pretrain.contrastive_step(model, optimizer, pixels, tokens, params.backbone.precision, attention)
+
+        return step
+
+    return {"plain": stepper(False), "dear": stepper(True)}
+
+
+def measure(repeats: int) -> dict:
+    """Median seconds per step of each recipe, interleaved after one warm-up step each."""
+    import torch
+
+    torch.set_num_threads(2)
+    steps = steppers()
+    times = {name: [] for name in steps}
+    for index in range(repeats + 1):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            if index:
+                times[name].append(time.perf_counter() - start)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    return {**median, "ratio": median["dear"] / median["plain"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    result = measure(parser.parse_args().repeats)
+    print(f"pretraining step, batch 64, 2 threads: dear {result['dear'] * 1000:.0f} ms, "
+          f"plain {result['plain'] * 1000:.0f} ms, ratio {result['ratio']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
