@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -30,6 +30,10 @@ _state = {"debug": False}
 
 ParamsOption = typer.Option(DEFAULT_PATH, "--params", help="parameters file (one section per stage)")
 LogOption = typer.Option(None, "--log", help="also write this stage's log to this file")
+SEED = "{seed}"  # in a path option: replaced by each seed of the job
+SeedOption = typer.Option(
+    None, "--seed", help=f"run seed; repeat for several. Paths holding {SEED} are run once per seed "
+                         f"(default: every data.seeds when a path holds {SEED})")
 
 
 @app.callback()
@@ -37,17 +41,25 @@ def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks for
     _state["debug"] = debug
 
 
-def _run_stage(name: str, params: Path, log: Optional[Path], inputs: dict, outputs: dict) -> None:
+def _run_stage(name: str, params: Path, log: Optional[Path], inputs: dict, outputs: dict,
+               seeds: Optional[List[int]] = None) -> None:
     """Load params, then run `dear.stages.<name>.run(params, Inputs(**inputs), Outputs(**outputs))`.
 
-    The params file is validated before the stage's (heavy) imports, and a
-    `DearError` anywhere becomes one line on stderr and exit code 1.
+    With {seed} in its paths, the stage runs once per seed in this one process:
+    a job of several seeds pays the imports (~5 s of torch, torchvision and
+    open_clip on 2 cores) once. The params file is validated before the stage's
+    (heavy) imports, and a `DearError` anywhere becomes one line on stderr and
+    exit code 1.
     """
     _configure_logging(log)
     try:
         loaded = load_params(params)
+        runs = seed_runs(inputs, outputs, seeds, loaded.data.seeds)
         stage = importlib.import_module(f"dear.stages.{name}")
-        stage.run(loaded, stage.Inputs(**inputs), stage.Outputs(**outputs))
+        for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
+            if len(runs) > 1:
+                logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
+            stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
     except DearError as err:
         if _state["debug"]:
             raise
@@ -56,6 +68,48 @@ def _run_stage(name: str, params: Path, log: Optional[Path], inputs: dict, outpu
             with open(log, "a") as handle:
                 handle.write(f"error: {err}\n")
         raise typer.Exit(code=1)
+
+
+def seed_runs(inputs: dict, outputs: dict, seeds: Optional[List[int]], default: list[int]) -> list[tuple]:
+    """(seed, inputs, outputs) of each run: {seed} in a path becomes the seed, `seed` (if asked for) is set.
+
+    Without {seed} in any path the stage runs once, for at most one seed. Every
+    templated input must exist for every seed before the first run starts, so a
+    missing file never leaves the earlier seeds' outputs behind.
+    """
+    templated = [key for key, value in {**inputs, **outputs}.items() if SEED in str(value or "")]
+    if not templated:
+        if seeds and len(seeds) > 1:
+            raise DearError(f"{len(seeds)} seeds but no path holds {SEED}; put {SEED} in the output path")
+        if "seed" not in inputs:  # the stage itself takes no seed
+            return [(None, inputs, outputs)]
+        chosen = seeds or default
+        if len(chosen) > 1:
+            raise DearError(f"data.seeds holds {len(chosen)} seeds; pass --seed S, or put {SEED} in the paths to run all")
+        return [(chosen[0], _with_seed(inputs, chosen[0]), outputs)]
+    untemplated = [key for key, value in outputs.items() if value is not None and SEED not in str(value)]
+    if untemplated:
+        option = OUTPUT_OPTIONS.get(untemplated[0], untemplated[0])
+        raise DearError(f"--{option}: holds no {SEED} while other paths do; every seed would write it")
+    chosen = list(seeds or default)
+    runs = [(seed, _at_seed(_with_seed(inputs, seed), seed), _at_seed(outputs, seed)) for seed in chosen]
+    for seed, seed_inputs, _ in runs:
+        for key in templated:
+            if key in seed_inputs and not Path(seed_inputs[key]).exists():
+                raise DearError(f"{seed_inputs[key]}: not found (--{key}, seed {seed}); run the stage that writes it first")
+    return runs
+
+
+OUTPUT_OPTIONS = {"folder": "out", "fusion": "out"}  # Outputs field -> its command-line option
+
+
+def _with_seed(inputs: dict, seed: int) -> dict:
+    return {**inputs, "seed": seed} if "seed" in inputs else inputs
+
+
+def _at_seed(paths: dict, seed: int) -> dict:
+    return {key: Path(str(value).replace(SEED, str(seed))) if isinstance(value, Path) and SEED in str(value) else value
+            for key, value in paths.items()}
 
 
 class _Stderr(logging.StreamHandler):
@@ -135,9 +189,11 @@ def profile(
 @app.command()
 def train(
     dataset: str = typer.Option(..., help="dataset name (picks train.dataset_templates[dataset] when set)"),
-    seed: int = typer.Option(..., help="run seed: init of the learnable parts, batch order, augmentations"),
-    fewshot: Path = typer.Option(..., help="few-shot table of `dear prepare` (data/<ds>/fewshot-seed<S>.parquet)"),
-    out: Path = typer.Option(..., help="output folder: model.pt and train_log.parquet"),
+    fewshot: Path = typer.Option(..., help="few-shot table of `dear prepare` (data/<ds>/fewshot-seed{seed}.parquet)"),
+    out: Path = typer.Option(..., help="output folder: model.pt and train_log.parquet (e.g. runs/<m>/<ds>/train/seed{seed})"),
+    seed: Optional[List[int]] = typer.Option(
+        None, "--seed", help="run seed (init of the learnable parts, batch order, augmentations); repeat for several; "
+                             "default: every data.seeds. Several seeds need {seed} in --fewshot and --out"),
     method: Optional[str] = typer.Option(None, help="zeroshot | coop | dear_nomask | dear (default: train.method)"),
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet of `dear profile` (needed by --method dear)"),
@@ -147,11 +203,11 @@ def train(
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
 ) -> None:
-    """Train one method on one dataset's few-shot training shots (resumes from its checkpoint)."""
+    """Train one method on one dataset's few-shot training shots, once per seed (resumes from its checkpoint)."""
     _run_stage("train", params, log,
-               inputs=dict(method=method, dataset=dataset, seed=seed, backbone=backbone, fewshot=fewshot, roles=roles,
+               inputs=dict(method=method, dataset=dataset, seed=None, backbone=backbone, fewshot=fewshot, roles=roles,
                            classes=classes),
-               outputs=dict(folder=out, checkpoint=checkpoint))
+               outputs=dict(folder=out, checkpoint=checkpoint), seeds=seed)
 
 
 @app.command()
@@ -162,13 +218,14 @@ def fuse(
     classes: str = typer.Option("base", help="base | all: the classes the model was trained on"),
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
+    seed: Optional[List[int]] = SeedOption,
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
 ) -> None:
     """Refit the fusion weights alpha on validation shots, network frozen."""
     _run_stage("fuse", params, log, inputs=dict(model=model, backbone=backbone, roles=roles, fewshot=fewshot,
                                                 manifest=fewshot.parent / "manifest.parquet", classes=_classes(classes)),
-               outputs=dict(fusion=out))
+               outputs=dict(fusion=out), seeds=seed)
 
 
 @app.command()
@@ -181,13 +238,14 @@ def evaluate(
     data: Path = typer.Option(Path("data"), help="folder of prepared datasets (transfer targets)"),
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
+    seed: Optional[List[int]] = SeedOption,
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
 ) -> None:
     """Score a trained model: per-class correct/total counts for the paper's protocols."""
     _run_stage("evaluate", params, log, inputs=dict(model=model, fusion=fusion, backbone=backbone, roles=roles,
                                                     source=source, classes=_classes(classes), data=data),
-               outputs=dict(folder=out))
+               outputs=dict(folder=out), seeds=seed)
 
 
 def _classes(value: str) -> str:
@@ -204,7 +262,7 @@ REPORT_LISTS = {"--evals": "evals", "--train-logs": "train_logs", "--roles": "ro
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     epilog="File lists: --evals EVAL.parquet... (required), --train-logs TRAIN_LOG.parquet..., "
            "--roles roles/<dataset>/heatmap.png... Each list takes every path up to the next option, "
-           "so shell globs work (--evals runs/*/*/seed*/eval.parquet).",
+           "so shell globs work (--evals runs/*/*/eval/seed*/eval.parquet).",
 )
 def report(
     ctx: typer.Context,

@@ -271,3 +271,39 @@ def test_cuda_bf16_training_runs(world, tmp_path):
     out = train(world, tmp_path / "run", params=params)
     log = pq.read_table(out / "train_log.parquet").to_pylist()
     assert len(log) == N_STEPS and all(row["loss"] == row["loss"] for row in log)
+
+
+def invoke_seeds(world, tmp_path, *seeds, fewshot="fewshot-seed{seed}.parquet", out="out/seed{seed}"):
+    """`dear train` over several seeds in one process: {seed} in --fewshot and --out."""
+    for seed in (1, 2):
+        link = world.root / f"fewshot-seed{seed}.parquet"
+        if not link.exists():
+            link.symlink_to(world.fewshot)
+    args = ["train", "--params", str(world.params), "--method", "coop", "--dataset", "toy", "--backbone",
+            str(world.backbone), "--fewshot", str(world.root / fewshot), "--out", str(tmp_path / out)]
+    return CliRunner().invoke(app, args + [f"--seed={seed}" for seed in seeds])
+
+
+def test_one_job_trains_every_seed_like_separate_runs(world, tmp_path):
+    result = invoke_seeds(world, tmp_path, 1, 2)
+    assert result.exit_code == 0, result.output
+    for seed in (1, 2):
+        alone = CliRunner().invoke(app, ["train", "--params", str(world.params), "--method", "coop", "--dataset", "toy",
+                                         "--seed", str(seed), "--backbone", str(world.backbone),
+                                         "--fewshot", str(world.fewshot), "--out", str(tmp_path / f"alone{seed}")])
+        assert alone.exit_code == 0, alone.output
+        together = pq.read_table(tmp_path / f"out/seed{seed}/train_log.parquet")["loss"].to_pylist()
+        assert together == pq.read_table(tmp_path / f"alone{seed}/train_log.parquet")["loss"].to_pylist()
+    seed1, seed2 = (pq.read_table(tmp_path / f"out/seed{s}/train_log.parquet")["loss"].to_pylist() for s in (1, 2))
+    assert seed1 != seed2  # each run got its own seed
+
+
+def test_a_missing_seed_input_fails_before_any_seed_runs(world, tmp_path):
+    result = invoke_seeds(world, tmp_path, 1, 3)
+    assert_clean_failure(result, tmp_path, "fewshot-seed3.parquet", "seed 3")
+
+
+def test_several_seeds_need_the_placeholder_in_every_output(world, tmp_path):
+    assert_clean_failure(invoke_seeds(world, tmp_path, 1, 2, out="out"), tmp_path, "--out", "{seed}")
+    assert_clean_failure(invoke_seeds(world, tmp_path, 1, 2, fewshot="fewshot.parquet", out="out"), tmp_path,
+                         "2 seeds", "{seed}")

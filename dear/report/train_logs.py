@@ -5,7 +5,7 @@ required; `epoch`, loss terms (`loss_ce`, `loss_img`, `loss_txt`, `loss_fus`,
 ...), `lr`, `alpha_<k>` and `seconds` are optional, and methods log different
 terms (CoOp has no fusion term), so unknown or absent columns are fine. The
 run (method, dataset, seed) comes from `method`/`dataset`/`seed` columns when
-the log has them, else from its path `.../<method>/<dataset>/seed<S>/train_log.parquet`.
+the log has them, else from its path `.../<method>/<dataset>/[train/]seed<S>/train_log.parquet`.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def _run_of(path: Path, frame: pd.DataFrame) -> tuple[str, str, int]:
         method, dataset, seed = unique.iloc[0]
         return str(method), str(dataset), int(seed)
     seed_match = SEED_DIR.match(path.parent.name)
-    if seed_match is None or len(path.parts) < 4:
-        raise DearError(f"{path}: cannot tell the run; expected .../<method>/<dataset>/seed<S>/train_log.parquet "
+    run = path.parent.parent.parent if path.parent.parent.name == "train" else path.parent.parent  # <method>/<dataset>
+    if seed_match is None or len(run.parts) < 2:
+        raise DearError(f"{path}: cannot tell the run; expected .../<method>/<dataset>/train/seed<S>/train_log.parquet "
                         "or method, dataset, seed columns")
-    return path.parent.parent.parent.name, path.parent.parent.name, int(seed_match.group(1))
+    return run.parent.name, run.name, int(seed_match.group(1))

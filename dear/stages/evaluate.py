@@ -11,7 +11,7 @@
 
 Images of each target are encoded once; text features once per class list.
 Writes `eval.parquet` (dear.results.EVAL_SCHEMA: correct, total per class)
-and `metrics.json` (percentages for DVC, computed from those counts).
+and `metrics.json` (the run's percentages, computed from those counts).
 """
 
 from __future__ import annotations

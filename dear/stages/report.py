@@ -35,7 +35,7 @@ METRIC_DIGITS = 4
 @dataclass(frozen=True)
 class Inputs:
     evals: list[Path]                                       # eval.parquet of every run to report
-    train_logs: list[Path] = field(default_factory=list)    # train_log.parquet (runs/<method>/<ds>/seed<S>/)
+    train_logs: list[Path] = field(default_factory=list)    # train_log.parquet (runs/<method>/<ds>/train/seed<S>/)
     roles: list[Path] = field(default_factory=list)         # roles/<dataset>/heatmap.png
 
 

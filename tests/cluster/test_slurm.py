@@ -214,7 +214,7 @@ def resumed_to_the_same_model(folder: str, stage_log: str) -> Callable[[Path, Pa
     return check
 
 
-TRAIN_RUN = f"runs/coop/{DATASETS[0]}/seed1"
+TRAIN_RUN = f"runs/coop/{DATASETS[0]}/train/seed1"
 TINY_STUDY = tiny_study.params()  # the test-sized backbone, profile and training the other pipeline tests run
 
 KILL_CASES = {
@@ -233,11 +233,11 @@ KILL_CASES = {
         rule="train",
         dataset=DATASETS[0],
         target=f"{TRAIN_RUN}/model.pt",
-        slurm_log_dir=f"rule_train/coop_{DATASETS[0]}_1",
+        slurm_log_dir=f"rule_train/coop_{DATASETS[0]}",
         stall=nothing,
         started=lambda project: (project / "checkpoints" / TRAIN_RUN / "ckpt.pt").exists(),
         unstall=nothing,
-        same_as_uninterrupted=resumed_to_the_same_model(TRAIN_RUN, f"logs/train/coop/{DATASETS[0]}/seed1.log"),
+        same_as_uninterrupted=resumed_to_the_same_model(TRAIN_RUN, f"logs/train/coop/{DATASETS[0]}.log"),
         params={"backbone": {"steps": TINY_STUDY["backbone"]["steps"]},
                 "profile": TINY_STUDY["profile"],   # its dataset is replaced by the study's
                 "train": {**TINY_STUDY["train"], "epochs": 300, "batch_size": 2, "checkpoint_every": 10}},

@@ -34,6 +34,11 @@ def code(*paths):
     return files
 
 
+def seeds_of(pattern):
+    """`pattern`'s files for every seed; other {wildcards} stay for Snakemake to fill."""
+    return expand(pattern, seed=SEEDS, allow_missing=True)
+
+
 def section(*names):
     """Parameter sections a rule depends on: a change reruns it (Snakemake's params trigger)."""
     return lambda wildcards: {name: config[name] for name in names}

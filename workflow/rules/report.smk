@@ -4,9 +4,9 @@ rule report:
     """The paper's tables per protocol, pictures and DVC metrics, from every eval table."""
     input:
         code=code(*CORE, "dear/stages/report.py", "dear/report", "dear/results.py"),
-        evals=expand("runs/{method}/{dataset}/seed{seed}/eval.parquet", method=METHODS, dataset=B2N, seed=SEEDS),
-        transfer=expand("transfer/{method}/seed{seed}/eval.parquet", method=METHODS, seed=SEEDS),
-        logs=expand("runs/{method}/{dataset}/seed{seed}/train_log.parquet", method=METHODS, dataset=B2N, seed=SEEDS),
+        evals=expand("runs/{method}/{dataset}/eval/seed{seed}/eval.parquet", method=METHODS, dataset=B2N, seed=SEEDS),
+        transfer=expand("transfer/{method}/eval/seed{seed}/eval.parquet", method=METHODS, seed=SEEDS),
+        logs=expand("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet", method=METHODS, dataset=B2N, seed=SEEDS),
         heatmap=f"roles/{PROFILED}/heatmap.png",
     output:
         "report/results.md",
@@ -25,5 +25,5 @@ rule report:
         "logs/report.log",
     shell:
         "dear report --params params.yaml --out report --log {log}"
-        " --evals runs/*/*/seed*/eval.parquet transfer/*/seed*/eval.parquet"
-        " --train-logs runs/*/*/seed*/train_log.parquet --roles roles/*/heatmap.png"
+        " --evals runs/*/*/eval/seed*/eval.parquet transfer/*/eval/seed*/eval.parquet"
+        " --train-logs runs/*/*/train/seed*/train_log.parquet --roles roles/*/heatmap.png"

@@ -1,45 +1,47 @@
-# One model per method x dataset x seed on the base classes (runs/), and one per
-# method x seed on all classes of the transfer source (transfer/).
+# One job per method x dataset trains every seed of data.seeds on the base classes
+# (runs/), and one per method on all classes of the transfer source (transfer/).
+# A job runs its seeds in one process: the ~5 s of imports are paid once, not per seed.
+# {seed} in a path is the dear command's own placeholder (one run per seed).
 TRAIN_CODE = code(*MODEL, "dear/stages/train.py", "dear/train")
 
 
 rule train:
-    """Train one method on one dataset's base-class shots (resumes from its checkpoint)."""
+    """Train one method on one dataset's base-class shots, every seed (each resumes from its checkpoint)."""
     input:
         code=TRAIN_CODE,
         backbone=BACKBONE,
-        fewshot="data/{dataset}/fewshot-seed{seed}.parquet",
+        fewshot=seeds_of("data/{dataset}/fewshot-seed{seed}.parquet"),
         roles=ROLES,
         world=WORLD,
     output:
-        model="runs/{method}/{dataset}/seed{seed}/model.pt",
-        log="runs/{method}/{dataset}/seed{seed}/train_log.parquet",
+        model=seeds_of("runs/{method}/{dataset}/train/seed{seed}/model.pt"),
+        log=seeds_of("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet"),
     params:
         section=section("dear", "train", "fusion"),
-        out="runs/{method}/{dataset}/seed{seed}",
     log:
-        "logs/train/{method}/{dataset}/seed{seed}.log",
+        "logs/train/{method}/{dataset}.log",
     shell:
-        "dear train --params params.yaml --method {wildcards.method} --dataset {wildcards.dataset} --seed {wildcards.seed}"
-        " --classes base --backbone backbone --fewshot {input.fewshot} --roles {input.roles} --out {params.out} --log {log}"
+        "dear train --params params.yaml --method {wildcards.method} --dataset {wildcards.dataset} --classes base"
+        " --backbone backbone --fewshot data/{wildcards.dataset}/fewshot-seed{{seed}}.parquet --roles {input.roles}"
+        " --out runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}} --log {log}"
 
 
 rule train_transfer:
-    """Train one method on all classes of the transfer source (cross-dataset and domain generalization)."""
+    """Train one method on all classes of the transfer source (cross-dataset and domain generalization), every seed."""
     input:
         code=TRAIN_CODE,
         backbone=BACKBONE,
-        fewshot=f"data/{SOURCE}/fewshot-seed{{seed}}.parquet",
+        fewshot=seeds_of(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet"),
         roles=ROLES,
         world=WORLD,
     output:
-        model="transfer/{method}/seed{seed}/model.pt",
-        log="transfer/{method}/seed{seed}/train_log.parquet",
+        model=seeds_of("transfer/{method}/train/seed{seed}/model.pt"),
+        log=seeds_of("transfer/{method}/train/seed{seed}/train_log.parquet"),
     params:
         section=section("dear", "train", "fusion"),
-        out="transfer/{method}/seed{seed}",
     log:
-        "logs/train_transfer/{method}/seed{seed}.log",
+        "logs/train_transfer/{method}.log",
     shell:
-        f"dear train --params params.yaml --method {{wildcards.method}} --dataset {SOURCE} --seed {{wildcards.seed}}"
-        " --classes all --backbone backbone --fewshot {input.fewshot} --roles {input.roles} --out {params.out} --log {log}"
+        f"dear train --params params.yaml --method {{wildcards.method}} --dataset {SOURCE} --classes all"
+        f" --backbone backbone --fewshot data/{SOURCE}/fewshot-seed{{{{seed}}}}.parquet --roles {{input.roles}}"
+        " --out transfer/{wildcards.method}/train/seed{{seed}} --log {log}"
