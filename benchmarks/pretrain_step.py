@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from timing import interleave  # noqa: E402
 
 
 def steppers(batches: int = 4):
@@ -66,15 +66,7 @@ def measure(repeats: int) -> dict:
     import torch
 
     torch.set_num_threads(2)
-    steps = steppers()
-    times = {name: [] for name in steps}
-    for index in range(repeats + 1):
-        for name, step in steps.items():
-            start = time.perf_counter()
-            step()
-            if index:
-                times[name].append(time.perf_counter() - start)
-    median = {name: statistics.median(values) for name, values in times.items()}
+    median = interleave(steppers(), repeats)
     return {**median, "ratio": median["dear"] / median["plain"]}
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -35,18 +34,7 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 import pretrain_step  # noqa: E402
 import profile_speed  # noqa: E402
 import train_step  # noqa: E402
-
-
-def interleave(functions: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of each zero-argument function, run in turn `repeats` times after one warm-up."""
-    times = {name: [] for name in functions}
-    for index in range(repeats + 1):
-        for name, function in functions.items():
-            start = time.perf_counter()
-            function()
-            if index:
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+from timing import interleave  # noqa: E402
 
 
 def profile_ratio(args) -> dict:
