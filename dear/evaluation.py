@@ -1,7 +1,7 @@
 """Scoring a trained model: stream images once, reuse text features per class list.
 
 Shared by `fuse` (validation shots) and `evaluate` (test splits). Images are
-encoded once per image set into per-stream features [N, K+1, E]; logits for
+encoded once per image set into per-stream features [N, S+1, E]; logits for
 any class list are then a matrix product with that list's text features,
 which the adapted model computes once and caches.
 """
@@ -70,7 +70,7 @@ def eval_transform(adapted, augmentation):
 @torch.no_grad()
 def encode_images(adapted, images: ImageSet, transform, batch_size: int, workers: int,
                   description: str) -> torch.Tensor:
-    """Per-stream image features [N, K+1, E] (CPU, float32), streamed in batches."""
+    """Per-stream image features [N, S+1, E] (CPU, float32), streamed in batches."""
     device = adapted.device
     loader = torch.utils.data.DataLoader(_Images(images.paths, transform), batch_size=batch_size,
                                          num_workers=workers, pin_memory=device.type == "cuda")
@@ -88,13 +88,13 @@ def autocast(device: torch.device):
 
 @torch.no_grad()
 def stream_logits(adapted, features: torch.Tensor, classnames: list[str]) -> torch.Tensor:
-    """[N, K+1, E] image features x the class list's text features -> [N, K+1, C]."""
+    """[N, S+1, E] image features x the class list's text features -> [N, S+1, C]."""
     text = adapted.text_features(list(classnames)).float().cpu()  # [C, E]
     return adapted.logit_scale().float().cpu() * torch.einsum("nke,ce->nkc", features, text)
 
 
 def fuse(logits: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """Σ_k α_k s_k: [N, K+1, C] x [K+1] -> [N, C]."""
+    """Σ_k α_k s_k: [N, S+1, C] x [S+1] -> [N, C]."""
     return torch.einsum("nkc,k->nc", logits, alpha.to(logits.dtype))
 
 

@@ -111,49 +111,97 @@ class Backbone(Section):
 
 class Dear(Section):
     start_layer: int | None = Field(
-        ge=1, description="first image layer (1-based) holding attribute tokens; null = the last four layers (L-3)")
+        ge=1, description="first image layer (1-based) holding attribute tokens; null = the last third (ViT-B/16: 9)")
     beta: float = Field(ge=0.0, le=1.0, description="share of the freshly aligned tokens vs the previous layer's output")
     attribute_tokens: int = Field(ge=0, description="K: attribute tokens, one per concept of `concepts`, in that order")
     concepts: list[str] = Field(description="concept served by each attribute token (SPEC §4: the five core attributes)")
     text_tokens: int = Field(ge=0, description="learnable tokens inserted after the start-of-text token")
     text_start_layer: int | None = Field(
-        ge=1, description="first text layer (1-based) holding text tokens; null = the last four text layers")
+        ge=1, description="first text layer (1-based) holding text tokens; null = the last third of the text tower")
     d_r: int = Field(ge=1, description="width of the shared token bank R")
-    init_std: float = Field(gt=0.0, description="std of the normal init of R (and of CoOp's context vectors)")
+    init_std: float = Field(gt=0.0, description="std of the normal init of R (and of CoOp's random context vectors)")
+
+
+class Mmrl(Section):
+    """The `mmrl` baseline exactly as MMRL's code builds it (configs/trainers/MMRL/vit_b16.yaml)."""
+
+    tokens: int = Field(ge=1, description="representation tokens (MMRL N_REP_TOKENS)")
+    start_layer: int | None = Field(
+        ge=1, description="first image and text layer (1-based) with representation tokens; null = half the depth "
+                          "(ViT-B/16: 6, MMRL REP_LAYERS 6-12)")
+    d_r: int = Field(ge=1, description="width of the shared representation space (MMRL REP_DIM)")
 
 
 class Augmentation(Section):
-    crop_scale: list[float] = Field(min_length=2, max_length=2, description="random resized crop area range (CoOp)")
+    crop_scale: list[float] = Field(min_length=2, max_length=2, description="random resized crop area range")
     flip_prob: float = Field(ge=0.0, le=1.0, description="probability of a horizontal flip")
     interpolation: Literal["bicubic", "bilinear"] = Field(description="resize filter, train and test")
 
 
-class Train(Section):
-    method: Literal["zeroshot", "coop", "dear_nomask", "dear"] = Field(
-        description="default method of `dear train` when --method is not given")
-    lr: float = Field(gt=0.0, description="peak learning rate (AdamW)")
-    weight_decay: float = Field(ge=0.0, description="AdamW weight decay")
-    epochs: int = Field(ge=1, description="training epochs")
-    warmup_epochs: int = Field(ge=0, description="epochs at the constant warm-up learning rate")
-    warmup_lr: float = Field(gt=0.0, description="learning rate during warm-up")
+class Recipe(Section):
+    """One optimization recipe (Dassl's: the learning rate changes once per epoch)."""
+
+    optimizer: Literal["adamw", "sgd"] = Field(description="adamw (MMRL) | sgd with momentum (CoOp)")
+    lr: float = Field(gt=0.0, description="peak learning rate")
+    momentum: float = Field(ge=0.0, lt=1.0, description="SGD momentum (Dassl: 0.9); unused by adamw")
+    weight_decay: float = Field(ge=0.0, description="weight decay (Dassl: 5.0e-4)")
+    epochs: int = Field(ge=0, description="training epochs (0: the untrained starting point)")
+    dataset_epochs: dict[str, int] = Field(description="per-dataset epochs overriding `epochs` (MMRL: imagenet 5)")
+    warmup_epochs: int = Field(ge=0, description="epochs at the constant warm-up learning rate, then a per-epoch cosine")
+    warmup_lr: float = Field(gt=0.0, description="learning rate during warm-up (Dassl WARMUP_CONS_LR)")
     batch_size: int = Field(ge=1, description="images per step")
-    lambda_img: float = Field(ge=0.0, description="weight of 1 - cos(f_0, f_0 frozen)")
-    lambda_txt: float = Field(ge=0.0, description="weight of mean_c 1 - cos(t_c, t_c frozen)")
-    lambda_fus: float = Field(ge=0.0, description="weight of -log alpha_0")
-    coop_context: int = Field(ge=1, description="CoOp's learnable context vectors")
+
+
+class Recipes(Section):
+    mmrl: Recipe = Field(description="mmrl, dear_nomask and dear (MMRL's recipe)")
+    coop: Recipe = Field(description="coop (CoOp's base-to-novel recipe, configs vit_b16_ctxv1)")
+
+
+class Coop(Section):
+    init: Literal["prompt", "random"] = Field(
+        description="prompt: context = the words before {} of the dataset's prompt (CoOp's 'a photo of a', 4 vectors) | "
+                    "random: `random_context` vectors (CoOp's few-shot setting)")
+    random_context: int = Field(ge=1, description="context vectors of init: random (CoOp few-shot: 16)")
+
+
+class Train(Section):
+    method: Literal["zeroshot", "coop", "mmrl", "dear_nomask", "dear"] = Field(
+        description="default method of `dear train` when --method is not given")
+    objective: Literal["mmrl", "fused"] = Field(
+        description="dear and dear_nomask: mmrl = s CE(CLS) + (1-s) CE(attribute streams) + reg (MMRL's) | "
+                    "fused = CE(sum_k alpha_k s_k) + reg + lambda_fus (-log alpha_0) (ours)")
+    scale: float = Field(gt=0.0, lt=1.0, description="s: weight of CE(CLS) in the mmrl objective (MMRL SCALE); "
+                                                      "mmrl's fixed fusion of CLS and representation logits")
+    attribute_loss: Literal["streams", "mean_logits"] = Field(
+        description="how K attribute streams enter the mmrl objective: streams = mean of each stream's CE | "
+                    "mean_logits = CE of their mean logits (ours either way; MMRL has one stream)")
+    reg_weight: float = Field(ge=0.0, description="lambda of both cosine regularizers (MMRL REG_WEIGHT)")
+    dataset_reg_weight: dict[str, float] = Field(description="per-dataset reg_weight (MMRL trainers/config.py)")
+    lambda_fus: float = Field(ge=0.0, description="fused objective only: weight of -log alpha_0 (ours)")
+    coop: Coop
     template: str = Field(description="hand-written prompt; {} is the class name")
-    dataset_templates: dict[str, str] = Field(description="per-dataset prompts overriding `template`")
+    dataset_templates: dict[str, str] = Field(description="per-dataset prompts overriding `template` (MMRL's)")
     augmentation: Augmentation
+    recipes: Recipes
     checkpoint_every: int = Field(ge=1, description="steps between resumable checkpoints")
     device: Literal["auto", "cpu", "cuda"] = Field(description="auto = cuda when available")
     precision: Literal["bf16", "fp32"] = Field(description="bf16 autocast on CUDA; CPU always runs fp32")
     workers: int = Field(ge=0, description="image loading processes (0 = in the training process)")
 
+    def recipe(self, method: str) -> Recipe:
+        """The recipe a method trains with: CoOp's for coop, MMRL's for the token methods."""
+        return self.recipes.coop if method == "coop" else self.recipes.mmrl
+
+    def reg_weight_of(self, dataset: str) -> float:
+        return self.dataset_reg_weight.get(dataset, self.reg_weight)
+
 
 class Fusion(Section):
     init_cls: float = Field(gt=0.0, lt=1.0, description="alpha_0 at initialization; the K attribute streams share the rest")
     mode: Literal["refit", "trained"] = Field(description="refit alpha on validation shots, or keep the trained one")
-    novel: Literal["fused", "cls"] = Field(description="novel classes: fused logits or the CLS stream alone")
+    novel: Literal["fused", "cls"] = Field(
+        description="novel classes and transfer targets: cls = the CLS stream alone (MMRL's decoupled inference) | "
+                    "fused = the fused logits")
     refit_iterations: int = Field(ge=1, description="L-BFGS iterations when refitting alpha on validation shots")
 
 
@@ -168,7 +216,7 @@ class Transfer(Section):
 class Study(Section):
     """What the pipeline runs: methods x seeds x the paper's three protocols (SPEC §8)."""
 
-    methods: list[Literal["zeroshot", "coop", "dear_nomask", "dear"]] = Field(description="methods run side by side")
+    methods: list[Literal["zeroshot", "coop", "mmrl", "dear_nomask", "dear"]] = Field(description="methods run side by side")
     base_to_novel: list[str] = Field(description="datasets trained on base classes, tested on base and novel")
     transfer: Transfer = Field(description="one all-class model per method and seed, tested across datasets and domains")
 
@@ -246,6 +294,7 @@ class Params(Section):
     model: Model
     backbone: Backbone
     dear: Dear
+    mmrl: Mmrl
     train: Train
     fusion: Fusion
     study: Study

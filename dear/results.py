@@ -1,7 +1,12 @@
 """The evaluation table contract: what `evaluate` writes and `report` reads.
 
-One row per (method, source, seed, protocol, target, split, class) holding
-counts, never percentages: `correct` and `total` test images of that class.
+One row per (method, source, seed, protocol, target, split, stream, class)
+holding counts, never percentages: `correct` and `total` test images of that
+class. Stream `output` is what the method reports (the fused logits on seen
+classes, the CLS stream on unseen ones with `fusion.novel: cls`); the other
+streams (`cls`, each attribute concept, MMRL's `rep`) are each stream's own
+predictions, for the report's per-stream table. Tables of accuracies read
+the `output` rows (`read_evals`).
 Every accuracy in the project is computed here, from summed counts
 (100 * sum(correct) / sum(total)), so a rounded percentage never feeds
 another number (an HM from two rounded accuracies can differ from the HM of
@@ -37,6 +42,7 @@ EVAL_SCHEMA = pa.schema([
     pa.field("protocol", pa.string()),    # one of PROTOCOLS
     pa.field("target", pa.string()),      # dataset evaluated
     pa.field("split", pa.string()),       # base | novel | all
+    pa.field("stream", pa.string()),      # output | cls | <concept> | rep
     pa.field("label", pa.int32()),        # class index within the evaluated class list
     pa.field("classname", pa.string()),
     pa.field("correct", pa.int64()),      # test images of this class predicted right
@@ -44,6 +50,7 @@ EVAL_SCHEMA = pa.schema([
 ])
 
 PROTOCOLS = ("base_to_novel", "cross_dataset", "domain_generalization")
+OUTPUT = "output"  # the stream a method reports
 SPLITS_OF = {"base_to_novel": ("base", "novel"), "cross_dataset": ("all",), "domain_generalization": ("all",)}
 RUN_KEY = ["method", "source", "seed"]
 CELL_KEY = RUN_KEY + ["protocol", "target"]           # one model on one evaluated dataset
@@ -72,7 +79,9 @@ def check_eval(frame: pd.DataFrame, where: str | os.PathLike) -> None:
         _fail(where, f"base_to_novel row with source {row['source']!r} != target {row['target']!r}")
     if (frame["total"] < 1).any() or (frame["correct"] < 0).any() or (frame["correct"] > frame["total"]).any():
         _fail(where, "counts out of range (need 0 <= correct <= total and total >= 1)")
-    duplicated = frame.duplicated(SPLIT_KEY + ["label"])
+    if not (frame["stream"] == OUTPUT).any():
+        _fail(where, f"no rows of stream {OUTPUT!r}")
+    duplicated = frame.duplicated(SPLIT_KEY + ["stream", "label"])
     if duplicated.any():
         row = frame[duplicated].iloc[0]
         _fail(where, f"class {row['label']} counted twice in {row['method']}/{row['source']}/seed{row['seed']} "
@@ -115,8 +124,8 @@ def read_eval(path: str | os.PathLike) -> pd.DataFrame:
     return frame
 
 
-def read_evals(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
-    """Several eval.parquet files as one frame, in a canonical row order.
+def read_evals(paths: Iterable[str | os.PathLike], streams: bool = False) -> pd.DataFrame:
+    """Several eval.parquet files as one frame, in a canonical row order: the `output` rows, or every stream's.
 
     Each (method, source, seed, protocol, target) must come from exactly one
     file: two files claiming the same run would otherwise be averaged as if
@@ -125,6 +134,8 @@ def read_evals(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     frames, owner = [], {}
     for path in sorted({str(Path(p)) for p in paths}):
         frame = read_eval(path)
+        if not streams:
+            frame = frame[frame["stream"] == OUTPUT]
         for key in frame[CELL_KEY].drop_duplicates().itertuples(index=False, name=None):
             if key in owner:
                 method, source, seed, protocol, target = key
@@ -139,15 +150,15 @@ def read_evals(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
 
 def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
     """Canonical row order, so sums (and every output) do not depend on file order."""
-    return frame.sort_values(SPLIT_KEY + ["label"], kind="stable").reset_index(drop=True)
+    return frame.sort_values(SPLIT_KEY + ["stream", "label"], kind="stable").reset_index(drop=True)
 
 
 # --- accuracy from counts ----------------------------------------------------------
 
 def split_accuracy(table: pa.Table | pd.DataFrame) -> pd.DataFrame:
-    """Accuracy (percent) per (method, source, seed, protocol, target, split), from summed counts."""
+    """Accuracy (percent) per (method, source, seed, protocol, target, split[, stream]), from summed counts."""
     frame = table.to_pandas() if isinstance(table, pa.Table) else table
-    sums = frame.groupby(SPLIT_KEY, sort=True)[["correct", "total"]].sum().reset_index()
+    sums = frame.groupby(SPLIT_KEY + _stream_key(frame), sort=True)[["correct", "total"]].sum().reset_index()
     sums["accuracy"] = 100.0 * sums["correct"] / sums["total"]
     return sums
 
@@ -169,11 +180,17 @@ def seed_accuracy(table: pa.Table | pd.DataFrame) -> pd.DataFrame:
     hm is this seed's 2BN/(B+N) from its counts-based accuracies.
     """
     accuracy = split_accuracy(table)
-    wide = accuracy.pivot(index=CELL_KEY, columns="split", values="accuracy")
+    index = CELL_KEY + _stream_key(accuracy)
+    wide = accuracy.pivot(index=index, columns="split", values="accuracy")
     wide = wide.reindex(columns=["base", "novel", "all"]).reset_index()
     wide.columns.name = None
     wide["hm"] = harmonic_mean(wide["base"], wide["novel"])
-    return wide[CELL_KEY + ["base", "novel", "hm", "all"]]
+    return wide[index + ["base", "novel", "hm", "all"]]
+
+
+def _stream_key(frame: pd.DataFrame) -> list[str]:
+    """["stream"] when the frame holds it (per-stream accuracies stay apart), else []."""
+    return ["stream"] if "stream" in frame.columns else []
 
 
 def run_metrics(table: pa.Table | pd.DataFrame, digits: int = 4) -> dict:
@@ -184,6 +201,7 @@ def run_metrics(table: pa.Table | pd.DataFrame, digits: int = 4) -> dict:
     Values are percentages rounded to `digits` for display only; missing is null.
     """
     frame = table.to_pandas() if isinstance(table, pa.Table) else table
+    frame = frame[frame["stream"] == OUTPUT]
     runs = frame[RUN_KEY].drop_duplicates()
     if len(runs) != 1:
         raise ValueError(f"run_metrics needs the rows of one run, got {len(runs)} (method, source, seed)")

@@ -68,13 +68,23 @@ def roles(path: Path, model_sha256: str, layers: int = 2, heads: int = 4,
     return path
 
 
-def params_file(path: Path, **sections) -> Path:
-    """The project's params.yaml with small training values; `sections` override keys per section."""
+def params_file(path: Path, recipe: dict | None = None, **sections) -> Path:
+    """The project's params.yaml with small training values; `sections` override keys per section, `recipe`
+    keys of every training recipe."""
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["dear"].update(d_r=16)
-    raw["train"].update(epochs=2, batch_size=4, warmup_epochs=1, coop_context=4, checkpoint_every=2, workers=0,
-                        device="cpu")
+    raw["mmrl"].update(d_r=16)
+    small_recipes(raw["train"], epochs=2, batch_size=4, warmup_epochs=1)
+    raw["train"].update(checkpoint_every=2, workers=0, device="cpu")
+    small_recipes(raw["train"], **(recipe or {}))
     for section, values in sections.items():
         raw[section].update(values)
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
+
+
+def small_recipes(train: dict, **values) -> dict:
+    """Set `values` (epochs, batch_size, ...) in every recipe of a raw `train` section."""
+    for recipe in train["recipes"].values():
+        recipe.update(values)
+    return train

@@ -6,7 +6,6 @@ import open_clip
 import pytest
 import torch
 import torch.nn.functional as F
-import yaml
 
 from dear.errors import DearError
 from dear.model import internals
@@ -14,7 +13,7 @@ from dear.model.dear import Adapted
 from dear.model.masks import HeadRole
 from dear.model.methods import method
 from dear.model.trained import load_trained, save_trained
-from dear.params import Dear, Train
+from dear.params import load_params
 from tests import fake_run
 from tests.tiny_clip import tiny_clip
 
@@ -27,11 +26,13 @@ def tokenize(texts):
     return open_clip.tokenize(texts, context_length=16)
 
 
-def spec(name="dear", **dear):
-    raw = yaml.safe_load((fake_run.ROOT / "params.yaml").read_text())
-    d = Dear.model_validate({**raw["dear"], "d_r": 16, **dear})
-    t = Train.model_validate({**raw["train"], "coop_context": 4})
-    return method(name, d, t, 0.7)
+def spec(name="dear", coop=None, **dear):
+    """Method `name` from the project's params, with a small token bank and the given dear/coop values."""
+    params = load_params(fake_run.ROOT / "params.yaml")
+    train = params.train.model_copy(update={"coop": params.train.coop.model_copy(update=coop or {})})
+    return method(name, params.model_copy(update={
+        "dear": params.dear.model_copy(update={"d_r": 16, **dear}),
+        "mmrl": params.mmrl.model_copy(update={"d_r": 16}), "train": train}))
 
 
 def layer_roles(kinds, layers=(1, 2, 3)):
@@ -122,21 +123,33 @@ def test_text_tokens_keep_causality_and_move_the_pooling_index(clip):
     assert not torch.allclose(alone, frozen, atol=1e-4)
 
 
-def test_coop_with_a_hand_written_context_is_the_hand_written_prompt(clip):
-    """Context vectors set to the embeddings of 'a photo of a' reproduce encode_text('a photo of a {name}.')."""
-    model = Adapted(clip, tokenize, spec("coop"), TEMPLATE)
+@pytest.mark.parametrize("template", [TEMPLATE, "a photo of a thing on a {} background."])
+def test_coop_starts_as_the_hand_written_prompt(clip, template):
+    """Context = the prompt's words before {} (CoOp's 'a photo of a': 4 vectors); the rest follows the name."""
+    model = Adapted(clip, tokenize, spec("coop"), template)
     assert [n for n, p in model.named_parameters() if p.requires_grad] == ["context"]
-    assert model.context.numel() == 4 * 64
+    words = len(template.partition("{}")[0].split())
+    assert model.context.shape == (words, 64)
     with torch.no_grad():
-        model.context.copy_(internals.text_token_embeddings(clip, tokenize(["a photo of a"]))[0, 1:5])
         text = model.text_features(CLASSES)
-    torch.testing.assert_close(text, reference_text(clip), rtol=1e-5, atol=1e-6)
+    expected = F.normalize(clip.encode_text(tokenize([template.format(n) for n in CLASSES])), dim=-1)
+    torch.testing.assert_close(text, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_coop_random_context_is_coops_few_shot_prompt(clip):
+    """Random context: `random_context` vectors N(0, init_std) before the name and CoOp's '.'."""
+    model = Adapted(clip, tokenize, spec("coop", coop={"init": "random", "random_context": 8}), TEMPLATE)
+    assert model.context.shape == (8, 64) and 0.01 < float(model.context.detach().std()) < 0.03
+    with torch.no_grad():
+        model.context.copy_(internals.text_token_embeddings(clip, tokenize(["a photo of a"]))[0, 1:5].repeat(2, 1))
+        text = model.text_features(CLASSES)
+    twice = F.normalize(clip.encode_text(tokenize([f"a photo of a a photo of a {n}." for n in CLASSES])), dim=-1)
+    torch.testing.assert_close(text, twice, rtol=1e-5, atol=1e-6)
 
 
 def test_coop_context_too_long_for_the_text_tower_is_an_error(clip):
-    raw = yaml.safe_load((fake_run.ROOT / "params.yaml").read_text())
-    long = method("coop", Dear.model_validate(raw["dear"]), Train.model_validate({**raw["train"], "coop_context": 14}), 0.7)
-    with pytest.raises(DearError, match="coop_context"):
+    long = spec("coop", coop={"init": "random", "random_context": 14})
+    with pytest.raises(DearError, match="train.coop"):
         Adapted(clip, tokenize, long, TEMPLATE).text_features(CLASSES)
 
 
@@ -174,6 +187,7 @@ def test_text_prefix_is_computed_once_per_class_list(clip, name, calls):
         return tokenize(texts)
 
     model = Adapted(clip, counting, spec(name), TEMPLATE)
+    counted.clear()  # CoOp tokenizes its prompt's words once to initialize the context
     first = model.text_features(CLASSES)
     second = model.text_features(CLASSES)
     assert first.requires_grad and len(counted) == calls
@@ -184,10 +198,31 @@ def test_text_prefix_is_computed_once_per_class_list(clip, name, calls):
 
 def test_trainable_parameters_per_method(clip):
     counts = {name: sum(p.numel() for p in Adapted(clip, tokenize, spec(name), TEMPLATE, MIXED_ROLES).parameters()
-                        if p.requires_grad) for name in ("zeroshot", "coop", "dear_nomask", "dear")}
-    # dear: R [5, 16] + 3 vision aligners (all 3 layers) + 2 text aligners (16 -> 64) + P_attr [64, 32] + w [6]
-    dear = 5 * 16 + 5 * (16 * 64 + 64) + 64 * 32 + 6
-    assert counts == {"zeroshot": 0, "coop": 4 * 64, "dear_nomask": dear, "dear": dear}
+                        if p.requires_grad) for name in ("zeroshot", "coop", "mmrl", "dear_nomask", "dear")}
+    aligner = lambda width: 16 * width + width  # noqa: E731
+    # dear: R [5, 16] + vision aligners of the last third (layer 3 of 3) + text aligners (layer 2 of 2) + P_attr [64, 32];
+    # the fusion weights are refit by `fuse`, not trained, under the mmrl objective
+    dear = 5 * 16 + aligner(64) + aligner(64) + 64 * 32
+    # mmrl: R [5, 16] + aligners from half the depth (image layers 1-3, text layers 1-2) + proj_rep [64, 32]
+    mmrl = 5 * 16 + 3 * aligner(64) + 2 * aligner(64) + 64 * 32
+    assert counts == {"zeroshot": 0, "coop": 4 * 64, "mmrl": mmrl, "dear_nomask": dear, "dear": dear}
+
+
+def test_mmrl_pools_its_tokens_into_one_stream_with_a_random_projection(clip, images):
+    model = Adapted(clip, tokenize, spec("mmrl"), TEMPLATE)
+    assert model.method.stream_names() == ["cls", "rep"] and model.start == 1
+    torch.testing.assert_close(model.alpha, torch.tensor([0.7, 0.3]))
+    assert not torch.allclose(model.p_attr, internals.image_projection(clip))
+    with torch.no_grad():
+        assert model.image_features(images).shape == (2, 2, 32)
+
+
+def test_fused_objective_trains_the_fusion_weights(clip):
+    params = load_params(fake_run.ROOT / "params.yaml")
+    fused = method("dear_nomask", params.model_copy(update={
+        "train": params.train.model_copy(update={"objective": "fused"})}))
+    model = Adapted(clip, tokenize, fused, TEMPLATE)
+    assert model.fusion_w.requires_grad
 
 
 def test_dear_without_roles_is_an_error(clip):
@@ -198,6 +233,8 @@ def test_dear_without_roles_is_an_error(clip):
 def test_start_layer_outside_the_tower_is_an_error(clip):
     with pytest.raises(DearError, match="start_layer"):
         Adapted(clip, tokenize, spec("dear_nomask", start_layer=4), TEMPLATE)
+    with pytest.raises(DearError, match="dear.text_start_layer"):
+        Adapted(clip, tokenize, spec("dear_nomask", text_start_layer=3), TEMPLATE)
 
 
 def test_load_trained_round_trip_and_mismatches(clip, images, tmp_path):

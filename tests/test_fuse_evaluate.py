@@ -60,7 +60,7 @@ def project(tmp_path_factory):
     small = yaml.safe_load(fake_run.params_file(root / "small.yaml").read_text())
     raw = yaml.safe_load(params.read_text())
     raw["dear"], raw["train"] = small["dear"], small["train"]
-    raw["train"]["epochs"] = 1
+    fake_run.small_recipes(raw["train"], epochs=1)
     params.write_text(yaml.safe_dump(raw, sort_keys=False))
     invoke("prepare", "--params", params, "--dataset", "world_objects", "--out", root / "data/world_objects")
     fake_run.backbone(root / "backbone")
@@ -103,10 +103,16 @@ def test_evaluate_counts_every_test_image_once(project):
     table = pq.read_table(run / "eval.parquet").to_pandas()
     manifest = read_manifest(root / "data/world_objects").to_pandas()
     test = manifest[manifest["split"] == "test"]
-    for subset in ("base", "novel"):
-        rows = table[table["split"] == subset]
-        assert rows["total"].sum() == (test["subset"] == subset).sum()
-        assert list(rows["classname"]) == classnames(read_manifest(root / "data/world_objects"), subset=subset)
+    # the method's output, then each stream's own predictions: CLS and DeAR's five attribute streams
+    assert set(table["stream"]) == {"output", "cls", "color", "shape", "texture", "object", "position"}
+    for stream, rows in table.groupby("stream"):
+        for subset in ("base", "novel"):
+            counted = rows[rows["split"] == subset]
+            assert counted["total"].sum() == (test["subset"] == subset).sum()
+            assert list(counted["classname"]) == classnames(read_manifest(root / "data/world_objects"), subset=subset)
+    output, cls = (table[table["stream"] == name].reset_index(drop=True) for name in ("output", "cls"))
+    novel = output["split"] == "novel"  # fusion.novel: cls (MMRL's decoupled inference)
+    assert output.loc[novel, "correct"].tolist() == cls.loc[novel, "correct"].tolist()
     metrics = json.loads((run / "metrics.json").read_text())
     assert set(metrics["base_to_novel"]["world_objects"]) == {"base", "novel", "hm"}
 
@@ -127,6 +133,7 @@ def test_transfer_targets_are_scored_on_their_own_class_list(project, tmp_path):
            "--source", root / "data/world_objects", "--classes", "all", "--data", root / "data",
            "--backbone", root / "backbone", "--out", tmp_path / "out")
     table = pq.read_table(tmp_path / "out/eval.parquet").to_pandas()
+    table = table[table["stream"] == "output"]
     target = table[table["target"] == "world_objects_b"]
     assert sorted(target["label"]) == [0, 1, 2] and target["total"].sum() == 6
     assert set(table["protocol"]) == {"cross_dataset"}

@@ -116,7 +116,7 @@ EXPECTED_METRICS = {
 def split_rows(method, source, seed, protocol, target, split, percent, first_label=0):
     """4 classes x 25 images with `percent` correct in all (spread over the classes)."""
     correct = [percent // 4 + (index < percent % 4) for index in range(4)]
-    return [dict(method=method, source=source, seed=seed, protocol=protocol, target=target, split=split,
+    return [dict(method=method, source=source, seed=seed, protocol=protocol, target=target, split=split, stream="output",
                  label=first_label + index, classname=f"class{first_label + index}", correct=c, total=25)
             for index, c in enumerate(correct)]
 

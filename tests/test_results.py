@@ -15,7 +15,7 @@ from dear.results import (EVAL_SCHEMA, harmonic_mean, read_eval, read_evals, run
 def rows_of(method="dear", source="dsA", seed=1, protocol="base_to_novel", target=None, split="base",
             counts=((3, 4),), first_label=0):
     """Eval rows of one split: `counts` = (correct, total) per class."""
-    return [dict(method=method, source=source, seed=seed, protocol=protocol, target=target or source, split=split,
+    return [dict(method=method, source=source, seed=seed, protocol=protocol, target=target or source, split=split, stream="output",
                  label=first_label + index, classname=f"c{first_label + index}", correct=correct, total=total)
             for index, (correct, total) in enumerate(counts)]
 

@@ -1,6 +1,7 @@
-"""`dear train`: all four methods, resume after SIGKILL, NaN stop, full disk, bad input."""
+"""`dear train`: all five methods, resume after SIGKILL, NaN stop, full disk, bad input."""
 
 import errno
+import math
 import os
 import signal
 import subprocess
@@ -50,7 +51,8 @@ def reference(world, tmp_path_factory):
     return train(world, tmp_path_factory.mktemp("reference") / "run")
 
 
-@pytest.mark.parametrize("method,streams,steps", [("zeroshot", 1, 0), ("coop", 1, N_STEPS), ("dear_nomask", 6, N_STEPS)])
+@pytest.mark.parametrize("method,streams,steps", [("zeroshot", 1, 0), ("coop", 1, N_STEPS), ("mmrl", 2, N_STEPS),
+                                                   ("dear_nomask", 6, N_STEPS)])
 def test_every_method_trains_and_loads(world, tmp_path, method, streams, steps):
     from dear.model.clip import load_backbone
     from dear.model.trained import load_trained
@@ -72,8 +74,10 @@ def test_dear_log_and_model(world, reference):
     assert [row["step"] for row in log] == list(range(N_STEPS)) and [row["epoch"] for row in log] == [0] * 4 + [1] * 4
     assert [row["lr"] for row in log[:4]] == [1.0e-5] * 4 and log[4]["lr"] == pytest.approx(1.0e-3)
     assert log[0]["alpha"] == pytest.approx([0.7] + [0.06] * 5)
-    assert all(row["loss"] == pytest.approx(row["loss_ce"] + row["loss_img"] + row["loss_txt"] + 0.1 * row["loss_fus"])
-               for row in log)
+    # MMRL's objective: 0.7 CE(CLS) + 0.3 CE(attribute streams) + reg_weight (1.0) x both regularizers
+    assert all(row["loss"] == pytest.approx(0.7 * row["loss_cls"] + 0.3 * row["loss_attr"] + row["loss_img"]
+                                            + row["loss_txt"]) for row in log)
+    assert all(0.0 <= row["accuracy"] <= 100.0 for row in log)
     from dear.model.trained import read_trained
 
     payload = read_trained(reference / "model.pt")
@@ -89,10 +93,15 @@ def test_default_checkpoint_is_one_per_output_folder(tmp_path, monkeypatch):
     assert outside.parts[0] == "checkpoints" and outside.parts[1].startswith("outside-")
 
 
-def test_warmup_then_cosine():
-    factor = trainer.WarmupCosine(warmup_steps=4, total_steps=12, warmup_factor=0.01)
-    assert [factor(s) for s in range(4)] == [0.01] * 4
-    assert factor(4) == 1.0 and factor(8) == pytest.approx(0.5) and factor(12) == pytest.approx(0.0)
+def test_warmup_then_a_cosine_stepped_per_epoch():
+    """Dassl's ConstantWarmupScheduler over CosineAnnealingLR(max_epoch), stepped once per epoch."""
+    factor = trainer.EpochCosine(steps_per_epoch=3, epochs=4, warmup_epochs=1, warmup_factor=0.01)
+    per_step = [factor(s) for s in range(12)]
+    assert per_step[:3] == [0.01] * 3
+    expected = [0.5 * (1 + math.cos(math.pi * k / 4)) for k in range(3)]  # epochs 1, 2, 3
+    assert per_step[3:] == pytest.approx([value for value in expected for _ in range(3)])
+    no_warmup = trainer.EpochCosine(steps_per_epoch=2, epochs=2, warmup_epochs=0, warmup_factor=0.01)
+    assert [no_warmup(s) for s in range(4)] == pytest.approx([1.0, 1.0, 0.5, 0.5])
 
 
 def test_augmentation_depends_only_on_seed_epoch_and_slot(world):
@@ -146,7 +155,7 @@ def test_checkpoint_of_other_params_is_not_resumed(world, reference, tmp_path):
     train(world, tmp_path / "run")
     assert (tmp_path / "run" / "model.pt").read_bytes() == (reference / "model.pt").read_bytes()
     assert not (tmp_path / ".run.ckpt.abc123.tmp").exists()
-    other = fake_run.params_file(tmp_path / "params.yaml", train={"lr": 2.0e-3})
+    other = fake_run.params_file(tmp_path / "params.yaml", recipe={"lr": 2.0e-3})
     train(world, tmp_path / "other", params=other)
     assert (tmp_path / "other" / "model.pt").read_bytes() != (reference / "model.pt").read_bytes()
 
@@ -185,7 +194,7 @@ def test_sigkill_then_rerun_gives_the_same_bytes(world, tmp_path):
     Both runs are subprocesses with the same environment (CPU float sums depend on the thread
     count), started together so that the uninterrupted one costs no extra wall time.
     """
-    params = fake_run.params_file(tmp_path / "params.yaml", train={"epochs": 30, "checkpoint_every": 3})
+    params = fake_run.params_file(tmp_path / "params.yaml", recipe={"epochs": 30}, train={"checkpoint_every": 3})
     long_world = SimpleNamespace(**{**vars(world), "params": params})
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     logs = [open(tmp_path / name, "w+") for name in ("reference.log", "killed.log")]  # files: a full pipe would block

@@ -1,14 +1,18 @@
-"""The adapted CLIP shared by all four methods (SPEC §4-6).
+"""The adapted CLIP shared by all five methods (SPEC §4-7).
 
 One frozen open_clip model, reused in place, plus the learnable parts a
 `Method` asks for:
-- a shared token bank R [rows, d_r]; attribute tokens (vision, K = rows used)
-  enter image layer J = `start_layer` through per-layer aligners with the β
-  composition, layout [CLS, patches..., attr_1..attr_K], under the role masks;
+- a shared token bank R [rows, d_r]; image tokens (K = rows used) enter image
+  layer J = `start_layer` through per-layer aligners with the β composition
+  (MMRL: β = 1, replaced at every layer), layout [CLS, patches..., tok_1..tok_K],
+  under the role masks (dear);
 - text tokens from the same bank, inserted after start-of-text from text layer
   `text_start_layer` on (the causal mask stays causal, the pooling index moves);
-- CoOp's context vectors in front of the class name;
-- P_attr (initialized from the frozen projection) and the fusion weights w.
+- CoOp's context vectors in front of the class name (initialized from the
+  prompt's own words, so that the untrained prompt is the hand-written one);
+- the token features: one per token through P_attr (DeAR; P_attr starts as
+  the frozen projection) or their mean through MMRL's randomly initialized
+  projection, and the fusion weights w (α = softmax(w)).
 
 Why it is fast: image layers below J run under `torch.no_grad` (nothing there
 depends on a learnable token), and for each class list the text tower's part
@@ -29,7 +33,7 @@ from torch import nn
 from dear.errors import DearError
 from dear.model import internals as oc
 from dear.model.masks import HeadRole, layer_masks
-from dear.model.methods import Method
+from dear.model.methods import Method, default_start
 
 
 @dataclass
@@ -43,13 +47,8 @@ class TextPrefix:
 
 @dataclass
 class ImageOutput:
-    features: torch.Tensor  # [B, K+1, E] normalized; stream 0 = CLS
+    features: torch.Tensor  # [B, S+1, E] normalized; stream 0 = CLS, then the S attribute streams
     frozen_cls: torch.Tensor | None  # [B, E] normalized CLS feature of the untouched model
-
-
-def last_four(layers: int) -> int:
-    """Default first adapted layer (1-based): the last four layers, or all of a shallower tower."""
-    return max(1, layers - 3)
 
 
 class Adapted(nn.Module):
@@ -61,9 +60,11 @@ class Adapted(nn.Module):
         self.clip = model.eval().requires_grad_(False)
         self.tokenizer, self.method, self.template = tokenizer, method, template
         self.vision, self.text = oc.vision_tower(model), oc.text_tower(model)
-        self.start = _check_start(method.start_layer or last_four(self.vision.layers), self.vision.layers, "dear.start_layer")
-        self.text_start = _check_start(method.text_start_layer or last_four(self.text.layers), self.text.layers,
-                                       "dear.text_start_layer")
+        section = "mmrl" if method.pooling == "mean" else "dear"
+        self.start = _check_start(method.start_layer or default_start(method, self.vision.layers), self.vision.layers,
+                                  f"{section}.start_layer")
+        self.text_start = _check_start(method.text_start_layer or default_start(method, self.text.layers),
+                                       self.text.layers, f"{section}.text_start_layer")
         if method.role_masks and roles is None:
             raise DearError(f"--roles: method {method.name} needs the roles table from `dear profile`")
         self.roles = roles if method.role_masks else None
@@ -83,13 +84,30 @@ class Adapted(nn.Module):
         text_layers = self.text.layers - self.text_start + 1
         self.vision_aligners = nn.ModuleList(nn.Linear(m.d_r, self.vision.width) for _ in range(vision_layers if K else 0))
         self.text_aligners = nn.ModuleList(nn.Linear(m.d_r, self.text.width) for _ in range(text_layers if N else 0))
-        self.p_attr = nn.Parameter(oc.image_projection(self.clip).detach().clone()) if K else None  # [D, E]
-        self.context = nn.Parameter(torch.randn(m.context_tokens, self.text.width) * m.init_std) if m.context_tokens else None
-        if K:
-            rest = (1.0 - m.init_cls) / K
-            self.fusion_w = nn.Parameter(torch.tensor([m.init_cls] + [rest] * K).log())  # α = softmax(w)
+        self.p_attr = nn.Parameter(self._initial_projection(m)) if K else None  # [D, E]
+        self.context = nn.Parameter(self._initial_context(m)) if m.context else None  # [M, D_text]
+        if m.streams:
+            rest = (1.0 - m.init_cls) / m.streams
+            w = torch.tensor([m.init_cls] + [rest] * m.streams).log()  # α = softmax(w)
+            self.fusion_w = nn.Parameter(w, requires_grad=m.objective == "fused")  # learned by our fused objective only
         else:
             self.fusion_w = None
+
+    def _initial_projection(self, m: Method) -> torch.Tensor:
+        """P_attr = the frozen projection (SPEC §6), or MMRL's proj_rep: width^-0.5 N(0, 1)."""
+        frozen = oc.image_projection(self.clip).detach()  # [D, E]
+        if m.projection_init == "proj":
+            return frozen.clone()
+        return torch.randn(frozen.shape) * frozen.shape[0] ** -0.5
+
+    def _initial_context(self, m: Method) -> torch.Tensor:
+        """CoOp's context [M, D]: random N(0, init_std), or the embeddings of the prompt's words before {}."""
+        if m.context == "random":
+            return torch.randn(m.context_tokens, self.text.width) * m.init_std
+        prefix, _ = coop_prompt(self.template)
+        tokens = self.tokenizer([prefix])  # [1, T]: SOT, the prefix's words, EOT
+        n_words = int(oc.text_pool_index(self.clip, tokens)[0]) - 1
+        return oc.text_token_embeddings(self.clip, tokens)[0, 1:1 + n_words].detach().clone()
 
     # --- state -----------------------------------------------------------------------
 
@@ -121,7 +139,7 @@ class Adapted(nn.Module):
 
     @property
     def alpha(self) -> torch.Tensor:
-        """Fusion weights α = softmax(w): [K+1], α_0 for the CLS stream."""
+        """Fusion weights α = softmax(w): [S+1], α_0 for the CLS stream."""
         if self.fusion_w is None:
             return torch.ones(1, device=self.device)
         return self.fusion_w.softmax(0)
@@ -143,7 +161,10 @@ class Adapted(nn.Module):
             x = oc.block_forward(block, x, masks.get(self.start + i) if masks else None)
         features = [oc.image_embedding(self.clip, x[:, 0])[:, None]]  # [B, 1, E]
         if K:
-            features.append(oc.image_ln_post(self.clip)(x[:, n_other:]) @ self.p_attr)  # [B, K, E]
+            tokens = oc.image_ln_post(self.clip)(x[:, n_other:])  # [B, K, D]
+            if self.method.pooling == "mean":  # MMRL: one representation feature
+                tokens = tokens.mean(1, keepdim=True)  # [B, 1, D]
+            features.append(tokens @ self.p_attr)  # [B, S, E]
         frozen = self._frozen_cls(start) if with_frozen else None
         return ImageOutput(F.normalize(torch.cat(features, 1), dim=-1), frozen)
 
@@ -186,7 +207,7 @@ class Adapted(nn.Module):
         return self._masks[key]
 
     def image_features(self, images: torch.Tensor) -> torch.Tensor:
-        """[B, 3, S, S] preprocessed images -> [B, K+1, E] normalized (stream 0 = CLS)."""
+        """[B, 3, S, S] preprocessed images -> [B, S+1, E] normalized (stream 0 = CLS)."""
         return self.image_forward(images).features
 
     # --- text side ---------------------------------------------------------------------
@@ -227,13 +248,17 @@ class Adapted(nn.Module):
         return TextPrefix(hidden=hidden, pool=pool, frozen=frozen)
 
     def _coop_prefix(self, classnames: list[str], frozen: torch.Tensor) -> TextPrefix:
-        """CoOp's prompt: [SOT, ctx_1..ctx_M, class name tokens, '.', EOT]; cache the token embeddings."""
-        tokens = self.tokenizer([f"{name}." for name in classnames]).to(self.device)  # [C, T]
+        """CoOp's prompt: [SOT, ctx_1..ctx_M, class name tokens, suffix, EOT]; cache the token embeddings.
+
+        The suffix is what the prompt holds after {} ("." for "a photo of a {}."; CoOp's own with random context).
+        """
+        suffix = coop_prompt(self.template)[1] if self.method.context == "prompt" else "."
+        tokens = self.tokenizer([f"{name}{suffix}" for name in classnames]).to(self.device)  # [C, T]
         pool = oc.text_pool_index(self.clip, tokens)
         length = int(pool.max()) + 1
         room = oc.text_context_length(self.clip)
         if length + len(self.context) > room:
-            raise DearError(f"train.coop_context: {len(self.context)} context vectors plus the longest class name "
+            raise DearError(f"train.coop: {len(self.context)} context vectors plus the longest class name "
                             f"({length} tokens) exceed the text context of {room}; use fewer context vectors")
         return TextPrefix(hidden=oc.text_token_embeddings(self.clip, tokens[:, :length]), pool=pool, frozen=frozen)
 
@@ -266,16 +291,16 @@ class Adapted(nn.Module):
         return oc.logit_scale(self.clip)
 
     def stream_logits(self, images: torch.Tensor, text_features: torch.Tensor) -> torch.Tensor:
-        """τ · cos per stream: [B, K+1, C]."""
+        """τ · cos per stream: [B, S+1, C]."""
         return self.logits_from(self.image_features(images), text_features)
 
     def logits_from(self, image_features: torch.Tensor, text_features: torch.Tensor) -> torch.Tensor:
-        """[B, K+1, E] x [C, E] -> [B, K+1, C]."""
+        """[B, S+1, E] x [C, E] -> [B, S+1, C]."""
         return self.logit_scale() * torch.einsum("bke,ce->bkc", image_features, text_features.to(image_features.dtype))
 
     @staticmethod
     def fused_logits(stream_logits: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        """Σ_k α_k s_k: [B, K+1, C] x [K+1] -> [B, C]."""
+        """Σ_k α_k s_k: [B, S+1, C] x [S+1] -> [B, C]."""
         return torch.einsum("bkc,k->bc", stream_logits, alpha.to(stream_logits.dtype))
 
 
@@ -283,3 +308,15 @@ def _check_start(layer: int, layers: int, key: str) -> int:
     if not 1 <= layer <= layers:
         raise DearError(f"params: {key} = {layer} is outside this backbone's layers 1..{layers}; pick one in range or null")
     return layer
+
+
+COOP_DEFAULT_CONTEXT = "a photo of a"  # CoOp's ctx_init, for prompts with no words before {}
+
+
+def coop_prompt(template: str) -> tuple[str, str]:
+    """(context words, suffix) of a prompt: the words before {} become CoOp's context, the rest follows the name.
+
+    "a photo of a {}." -> ("a photo of a", "."); "{} texture." -> CoOp's "a photo of a" and " texture.".
+    """
+    prefix, _, suffix = template.partition("{}")
+    return (prefix.strip() or COOP_DEFAULT_CONTEXT), suffix

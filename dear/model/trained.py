@@ -87,8 +87,9 @@ def load_trained(model_pt: Path, backbone, roles_path: Path | None = None, param
     if payload["backbone_sha256"] != sha:
         raise DearError(f"{model_pt}: trained on backbone {payload['backbone_sha256'][:12]}..., not this one "
                         f"({sha[:12]}...); pass the backbone it was trained on or retrain")
-    if params is not None and method(spec.name, params.dear, params.train, params.fusion.init_cls) != spec:
-        raise DearError(f"{model_pt}: made with other dear/train/fusion params than the current ones; rerun `dear train`")
+    if params is not None and method(spec.name, params) != spec:
+        raise DearError(f"{model_pt}: made with other dear/mmrl/train/fusion params than the current ones; "
+                        "rerun `dear train`")
     roles = None
     if spec.role_masks:
         if roles_path is None:

@@ -1,13 +1,17 @@
 """`dear evaluate`: counts of correct test predictions, per class, for the paper's protocols.
 
 - base-to-novel (a model trained on a dataset's base classes): its test split,
-  base classes with the fused logits, novel classes with the fused logits or
-  the CLS stream alone (`fusion.novel`);
+  base classes with the fused logits, novel classes with the CLS stream alone
+  (`fusion.novel: cls`, MMRL's decoupled inference) or the fused logits;
 - cross-dataset and domain generalization (a model trained on all classes of
   the source): the source's own test split and every target's, each over the
   target's own class list - so ImageNet-A/-R are scored on their 200 classes.
-  Classes the model never saw (cross-dataset targets) follow `fusion.novel`;
-  domain-shifted copies of the source's classes use the fused logits.
+  The source itself uses the fused logits; every target follows
+  `fusion.novel` (MMRL's code: the fused logits on ImageNet only).
+
+Besides the method's output, every stream's own predictions are counted
+(stream `cls`, each attribute concept, MMRL's `rep`), so the report can show
+what each attribute stream learned.
 
 Images of each target are encoded once; text features once per class list.
 Writes `eval.parquet` (dear.results.EVAL_SCHEMA: correct, total per class)
@@ -29,7 +33,7 @@ from dear.io import provenance, read_json, write_json
 from dear.model.clip import load_backbone
 from dear.model.trained import load_trained, read_trained
 from dear.params import Params
-from dear.results import eval_frame, run_metrics, write_eval
+from dear.results import OUTPUT, eval_frame, run_metrics, write_eval
 from dear.train.trainer import resolve_device
 
 log = logging.getLogger("dear.evaluate")
@@ -59,7 +63,7 @@ class Target:
     name: str
     split: str  # base | novel | all
     images: evaluation.ImageSet
-    seen: bool
+    seen: bool  # the classes and images the model was trained on (base classes; the transfer source)
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
@@ -75,16 +79,32 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         if key not in encoded:  # the source's own test images serve both transfer protocols
             encoded[key] = evaluation.encode_images(adapted, target.images, transform, params.evaluate.batch_size,
                                                     params.train.workers, f"evaluate: {target.name} {target.split}")
-        logits = evaluation.stream_logits(adapted, encoded[key], target.images.classnames)  # [N, K+1, C]
+        logits = evaluation.stream_logits(adapted, encoded[key], target.images.classnames)  # [N, S+1, C]
         use_cls = not target.seen and params.fusion.novel == "cls"
-        fused = logits[:, 0] if use_cls else evaluation.fuse(logits, alpha)  # [N, C]
-        rows += _rows(record, inputs.source.name, target, fused)
+        output = logits[:, 0] if use_cls else evaluation.fuse(logits, alpha)  # [N, C]
+        rows += _rows(record, inputs.source.name, target, OUTPUT, output)
+        for index, stream in enumerate(adapted.method.stream_names()):
+            rows += _rows(record, inputs.source.name, target, stream, logits[:, index])
     made_by = provenance({"fusion": params.fusion, "evaluate": params.evaluate},
                          {"model": inputs.model, "fusion": inputs.fusion}, record["seed"])
     write_eval(outputs.folder / "eval.parquet", rows, made_by)
     metrics = run_metrics(eval_frame(rows))
     write_json(outputs.folder / "metrics.json", metrics)
-    log.info("%s", metrics)
+    log.info("%s", summary(eval_frame(rows), adapted.method.name, record["seed"]))
+
+
+def summary(frame, method: str, seed: int) -> str:
+    """A small table a person reads: accuracy per target and split, the output and every stream."""
+    from dear.results import split_accuracy
+
+    accuracy = split_accuracy(frame)
+    streams = [OUTPUT] + [s for s in dict.fromkeys(accuracy["stream"]) if s != OUTPUT]
+    header = f"{'target':<28} {'split':<6} " + " ".join(f"{s:>8}" for s in streams)
+    lines = [f"{method} seed {seed}: top-1 (%) of the output and of each stream", header]
+    for (protocol, target, split), rows in accuracy.groupby(["protocol", "target", "split"], sort=False):
+        by_stream = dict(zip(rows["stream"], rows["accuracy"]))
+        lines.append(f"{target:<28} {split:<6} " + " ".join(f"{by_stream.get(s, float('nan')):8.2f}" for s in streams))
+    return "\n".join(lines)
 
 
 def _alpha(path: Path) -> torch.Tensor:
@@ -106,7 +126,7 @@ def _targets(params: Params, inputs: Inputs) -> list[Target]:
     transfer = params.study.transfer
     if transfer.source == name:
         for protocol, names, seen in (("cross_dataset", transfer.cross_dataset, False),
-                                      ("domain_generalization", transfer.domain_generalization, True)):
+                                      ("domain_generalization", transfer.domain_generalization, False)):
             if not names and (protocol != "cross_dataset" or transfer.domain_generalization):
                 continue  # a protocol without targets reports nothing (the source is still scored once)
             targets.append(Target(protocol, name, "all", own, seen=True))  # the source itself
@@ -120,11 +140,11 @@ def _targets(params: Params, inputs: Inputs) -> list[Target]:
     return targets
 
 
-def _rows(record: dict, source: str, target: Target, logits: torch.Tensor) -> list[dict]:
+def _rows(record: dict, source: str, target: Target, stream: str, logits: torch.Tensor) -> list[dict]:
     correct, total = evaluation.per_class_counts(logits, target.images.labels, len(target.images.classnames))
     return [
         {"method": record["method"]["name"], "source": source, "seed": record["seed"], "protocol": target.protocol,
-         "target": target.name, "split": target.split, "label": label, "classname": name,
+         "target": target.name, "split": target.split, "stream": stream, "label": label, "classname": name,
          "correct": hits, "total": count}
         for label, (name, hits, count) in enumerate(zip(target.images.classnames, correct, total))
         if count > 0  # a class without test images is not scored

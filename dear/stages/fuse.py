@@ -1,7 +1,7 @@
 """`dear fuse`: refit the fusion weights α on held-out validation shots (SPEC §6).
 
 The trained network stays frozen. Each stream's logits on the validation
-shots are computed once; then only the K+1 fusion logits w (α = softmax(w))
+shots are computed once; then only the S+1 fusion logits w (α = softmax(w))
 are fitted by L-BFGS on the fused cross-entropy - seconds, not minutes.
 Only validation rows of the few-shot table are read: never a test image.
 """
@@ -48,15 +48,16 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                                inputs.fewshot, fewshot_split="val")
     features = evaluation.encode_images(adapted, val, evaluation.eval_transform(adapted, params.train.augmentation),
                                         params.evaluate.batch_size, params.train.workers, "fuse: validation shots")
-    logits = evaluation.stream_logits(adapted, features, val.classnames)  # [N, K+1, C]
+    logits = evaluation.stream_logits(adapted, features, val.classnames)  # [N, S+1, C]
     trained = adapted.alpha.detach().float().cpu()
-    alpha = fit_alpha(logits, val.labels, trained, params.fusion.refit_iterations) \
-        if params.fusion.mode == "refit" and len(trained) > 1 else trained
+    refit = params.fusion.mode == "refit" and adapted.method.refit_fusion and len(trained) > 1
+    alpha = fit_alpha(logits, val.labels, trained, params.fusion.refit_iterations) if refit else trained
     before = evaluation.accuracy(evaluation.fuse(logits, trained), val.labels)
     after = evaluation.accuracy(evaluation.fuse(logits, alpha), val.labels)
     log.info("α %s -> %s; validation accuracy %.2f -> %.2f on %d shots", _round(trained), _round(alpha), before, after, len(val))
     write_json(outputs.fusion, {
-        "alpha": alpha.tolist(), "alpha_trained": trained.tolist(), "mode": params.fusion.mode,
+        "alpha": alpha.tolist(), "alpha_trained": trained.tolist(), "mode": params.fusion.mode, "refit": refit,
+        "streams": adapted.method.stream_names(),
         "classes": inputs.classes, "n_val": len(val),
         "val_accuracy_before": before, "val_accuracy_after": after,
         "provenance": provenance({"fusion": params.fusion}, {"model": inputs.model, "fewshot": inputs.fewshot}),
@@ -64,8 +65,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
 
 
 def fit_alpha(logits: torch.Tensor, labels: list[int], init: torch.Tensor, iterations: int) -> torch.Tensor:
-    """α = softmax(w) minimizing CE(Σ_k α_k s_k, y), from α = `init`. logits: [N, K+1, C]."""
-    w = init.clamp_min(1e-8).log().clone().requires_grad_(True)  # [K+1]
+    """α = softmax(w) minimizing CE(Σ_k α_k s_k, y), from α = `init`. logits: [N, S+1, C]."""
+    w = init.clamp_min(1e-8).log().clone().requires_grad_(True)  # [S+1]
     target = torch.tensor(labels)
     optimizer = torch.optim.LBFGS([w], max_iter=iterations, line_search_fn="strong_wolfe")
 

@@ -23,6 +23,7 @@ from dear.errors import DearError
 from dear.io import provenance, sha256_file, sha256_json, versions, write_parquet
 from dear.model import internals as oc
 from dear.model.dear import Adapted
+from dear.model.losses import Weights
 from dear.model.methods import Method, method
 from dear.model.trained import backbone_sha256, read_roles, save_trained
 from dear.params import Params
@@ -34,20 +35,23 @@ log = logging.getLogger("dear.train")
 TRAIN_LOG_SCHEMA = pa.schema([
     pa.field("step", pa.int64(), nullable=False),
     pa.field("epoch", pa.int64(), nullable=False),
-    pa.field("loss", pa.float64(), nullable=False),
-    pa.field("loss_ce", pa.float64(), nullable=False),
+    pa.field("loss", pa.float64(), nullable=False),  # the objective that was minimized
+    pa.field("loss_cls", pa.float64(), nullable=False),  # CE of the CLS stream
+    pa.field("loss_attr", pa.float64(), nullable=False),  # CE of the attribute / representation streams
+    pa.field("loss_fused", pa.float64(), nullable=False),  # CE of the fused logits
     pa.field("loss_img", pa.float64(), nullable=False),
     pa.field("loss_txt", pa.float64(), nullable=False),
     pa.field("loss_fus", pa.float64(), nullable=False),
+    pa.field("accuracy", pa.float64(), nullable=False),  # % of the batch right by the base-class output
     pa.field("lr", pa.float64(), nullable=False),
-    pa.field("alpha", pa.list_(pa.float64()), nullable=False),  # [K+1], alpha_0 = CLS stream
+    pa.field("alpha", pa.list_(pa.float64()), nullable=False),  # [S+1], alpha_0 = CLS stream
     pa.field("seconds", pa.float64(), nullable=False),  # wall time since the run began (resumes add up)
 ])
 
 
 @dataclass(frozen=True)
 class Inputs:
-    method: str | None  # zeroshot | coop | dear_nomask | dear; None = train.method
+    method: str | None  # zeroshot | coop | mmrl | dear_nomask | dear; None = train.method
     dataset: str  # picks train.dataset_templates[dataset] when present
     seed: int  # seeds the learnable parts' init and every batch/augmentation draw
     backbone: Path  # folder of `dear backbone` (model.pt + card.json)
@@ -75,7 +79,7 @@ def default_checkpoint(out: Path) -> Path:
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     from dear.model.clip import load_backbone
 
-    spec = method(inputs.method or params.train.method, params.dear, params.train, params.fusion.init_cls)
+    spec = method(inputs.method or params.train.method, params)
     checkpoint = outputs.checkpoint or default_checkpoint(outputs.folder)
     template = _template(params, inputs.dataset)
     if inputs.classes not in ("base", "all"):
@@ -94,20 +98,41 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     run_hash = _run_hash(params, spec, inputs, sha, roles_sha)
     rows = []
     if spec.trains:
+        train = params.train
+        recipe = train.recipe(spec.name)
         rows = trainer.fit(trainer.Run(
-            model=model, shots=shots, params=params.train, seed=inputs.seed,
-            image_size=oc.image_size(backbone.model), normalization=oc.image_normalization(backbone.model),
-            checkpoint=checkpoint, params_hash=run_hash))
+            model=model, shots=shots, params=train, recipe=recipe,
+            epochs=recipe.dataset_epochs.get(inputs.dataset, recipe.epochs),
+            weights=Weights(scale=train.scale, reg=train.reg_weight_of(inputs.dataset), fus=train.lambda_fus,
+                            attribute_loss=train.attribute_loss),
+            seed=inputs.seed, image_size=oc.image_size(backbone.model),
+            normalization=oc.image_normalization(backbone.model), checkpoint=checkpoint, params_hash=run_hash))
     record = {"backbone_sha256": sha, "roles_sha256": roles_sha, "params_sha256": run_hash,
               "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes, "classnames": shots.classnames}
     used = {"backbone": Path(inputs.backbone) / "model.pt", "fewshot": inputs.fewshot}
     if spec.role_masks:
         used["roles"] = inputs.roles
-    made_by = provenance({"dear": params.dear, "train": params.train, "fusion": params.fusion}, used, inputs.seed)
+    made_by = provenance(_sections(params), used, inputs.seed)
     write_parquet(outputs.folder / "train_log.parquet", _log_table(rows), TRAIN_LOG_SCHEMA, made_by)
     save_trained(outputs.folder / "model.pt", model, {**record, "provenance": made_by})
     checkpoint.unlink(missing_ok=True)
-    log.info("%s on %s seed %d: %d steps -> %s", spec.name, inputs.dataset, inputs.seed, len(rows), outputs.folder)
+    log.info("%s", summary(spec.name, inputs.dataset, inputs.seed, rows, outputs.folder))
+
+
+def summary(name: str, dataset: str, seed: int, rows: list[dict], folder: Path) -> str:
+    """One line a person reads: steps, final loss and training accuracy (last epoch's mean), time."""
+    if not rows:
+        return f"{name} on {dataset} seed {seed}: nothing to train -> {folder}"
+    last = [row for row in rows if row["epoch"] == rows[-1]["epoch"]]
+    loss = sum(row["loss"] for row in last) / len(last)
+    accuracy = sum(row["accuracy"] for row in last) / len(last)
+    return (f"{name} on {dataset} seed {seed}: {len(rows)} steps in {rows[-1]['seconds']:.0f} s; last epoch: "
+            f"loss {loss:.3f} (first step {rows[0]['loss']:.3f}), training accuracy {accuracy:.1f}% -> {folder}")
+
+
+def _sections(params: Params) -> dict:
+    """The params sections that shape a trained model."""
+    return {"dear": params.dear, "mmrl": params.mmrl, "train": params.train, "fusion": params.fusion}
 
 
 def _template(params: Params, dataset: str) -> str:
@@ -123,7 +148,7 @@ def _run_hash(params: Params, spec: Method, inputs: Inputs, backbone_sha: str, r
     for key in ("method", "workers", "checkpoint_every"):
         train.pop(key)
     return sha256_json({
-        "method": spec.to_dict(), "train": train, "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes,
+        "method": spec.to_dict(), "train": train, "mmrl": params.mmrl.model_dump(mode="json"), "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes,
         "backbone": backbone_sha, "roles": roles_sha, "fewshot": sha256_file(inputs.fewshot),
         "dear_version": versions()["dear"],
     })

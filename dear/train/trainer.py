@@ -1,7 +1,10 @@
-"""The one trainer of every method: AdamW, constant warm-up then cosine, resumable.
+"""The one trainer of every method: Dassl's schedule, resumable.
 
-What differs between methods lives in the model (`Method`) and the loss
-(`regularized`); the loop is the same. Checkpoints every
+What differs between methods lives in the model (`Method`), the objective
+(`Method.objective`) and the recipe (`train.recipes`: AdamW for the token
+methods, SGD for CoOp); the loop is the same. The learning rate follows
+Dassl's: constant `warmup_lr` for the warm-up epochs, then a cosine over
+the epochs, changed once per epoch (MMRL and CoOp both step it per epoch). Checkpoints every
 `train.checkpoint_every` steps carry the full state, and the batches depend
 only on (seed, step), so a run killed at any moment and restarted with the
 same command ends with the same bytes as one that never stopped (on CPU).
@@ -20,7 +23,7 @@ import torch
 from dear.errors import DearError
 from dear.model.dear import Adapted
 from dear.model.losses import Weights, objective
-from dear.params import Train
+from dear.params import Recipe, Train
 from dear.progress import track
 from dear.train import checkpoint
 from dear.train.data import Schedule, ShotImages, Shots, loader, train_transform
@@ -28,17 +31,21 @@ from dear.train.data import Schedule, ShotImages, Shots, loader, train_transform
 log = logging.getLogger("dear.train")
 
 
-class WarmupCosine:
-    """LR factor of step s: warmup_lr / lr for the warm-up steps, then a cosine from 1 to 0 over the rest."""
+class EpochCosine:
+    """LR factor of step s (Dassl's ConstantWarmupScheduler over CosineAnnealingLR, stepped per epoch).
 
-    def __init__(self, warmup_steps: int, total_steps: int, warmup_factor: float):
-        self.warmup_steps, self.total_steps, self.warmup_factor = warmup_steps, total_steps, warmup_factor
+    Epoch e < W: warmup_lr / lr; epoch e >= W: 0.5 (1 + cos(π (e - W) / E)), E = all epochs.
+    """
+
+    def __init__(self, steps_per_epoch: int, epochs: int, warmup_epochs: int, warmup_factor: float):
+        self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
+        self.warmup_epochs, self.warmup_factor = warmup_epochs, warmup_factor
 
     def __call__(self, step: int) -> float:
-        if step < self.warmup_steps:
+        epoch = step // self.steps_per_epoch
+        if epoch < self.warmup_epochs:
             return self.warmup_factor
-        span = max(1, self.total_steps - self.warmup_steps)
-        return 0.5 * (1.0 + math.cos(math.pi * min(step - self.warmup_steps, span) / span))
+        return 0.5 * (1.0 + math.cos(math.pi * (epoch - self.warmup_epochs) / max(1, self.epochs)))
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -56,6 +63,9 @@ class Run:
     model: Adapted
     shots: Shots
     params: Train
+    recipe: Recipe
+    epochs: int
+    weights: Weights
     seed: int
     image_size: int
     normalization: tuple
@@ -74,22 +84,22 @@ class Loop:
 
 
 def fit(run: Run) -> list[dict]:
-    """Train `run.model` in place; returns the log rows (step, epoch, loss terms, lr, alpha, seconds)."""
-    p = run.params
+    """Train `run.model` in place; returns the log rows (step, epoch, loss terms, accuracy, lr, alpha, seconds)."""
+    p, recipe = run.params, run.recipe
     device = resolve_device(p.device)
     use_bf16 = device.type == "cuda" and p.precision == "bf16"
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls outside autocast (frozen features)
         torch.backends.cudnn.allow_tf32 = True
     model = run.model.to(device).train()
-    loop = make_loop(model, p, Schedule(n=len(run.shots.paths), batch_size=p.batch_size, epochs=p.epochs, seed=run.seed),
-                     device)
+    loop = make_loop(model, recipe, Schedule(n=len(run.shots.paths), batch_size=recipe.batch_size, epochs=run.epochs,
+                                             seed=run.seed), device)
     rows, start, elapsed = [], 0, 0.0
     state = checkpoint.load(run.checkpoint, run.params_hash)
     if state is not None:
         rows, start, elapsed = _restore(state, model, loop)
     dataset = ShotImages(run.shots, loop.schedule, train_transform(p.augmentation, run.image_size, *run.normalization))
-    weights = Weights(p.lambda_img, p.lambda_txt, p.lambda_fus)
+    weights = run.weights
     classnames = run.shots.classnames
     frozen_text = model.frozen_text_features(classnames)  # [C, E], computed once
     began = time.perf_counter() - elapsed
@@ -98,11 +108,12 @@ def fit(run: Run) -> list[dict]:
                                             total=loop.schedule.total_steps - start), batches):
         lr = loop.scheduler.get_last_lr()[0]
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-        terms, alpha = loss_of_batch(model, images, labels, classnames, frozen_text, weights, use_bf16)
+        terms, alpha, correct = loss_of_batch(model, images, labels, classnames, frozen_text, weights, use_bf16)
         if not torch.isfinite(terms.total):
             _stop_on_nan(step, terms, run.checkpoint)
         update(loop, terms.total)
-        rows.append({"step": step, "epoch": step // loop.schedule.steps_per_epoch, **terms.as_floats(), "lr": lr,
+        rows.append({"step": step, "epoch": step // loop.schedule.steps_per_epoch, **terms.as_floats(),
+                     "accuracy": 100.0 * correct / len(labels), "lr": lr,
                      "alpha": [float(a) for a in alpha.detach().float().cpu()],
                      "seconds": time.perf_counter() - began})
         done = step + 1
@@ -114,16 +125,21 @@ def fit(run: Run) -> list[dict]:
 
 def loss_of_batch(model: Adapted, images: torch.Tensor, labels: torch.Tensor, classnames: list[str],
                   frozen_text: torch.Tensor, weights: Weights, use_bf16: bool):
-    """Forward pass and SPEC §7's loss for one batch: (LossTerms, alpha [K+1])."""
-    regularized = model.method.regularized
+    """Forward pass and the method's objective for one batch: (LossTerms, alpha [S+1], correct predictions).
+
+    Correct counts the output the method reports on base classes (the fused logits; CoOp's prompt).
+    """
+    kind = model.method.objective
     with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=use_bf16):
-        out = model.image_forward(images, with_frozen=regularized and weights.img > 0)  # [B, K+1, E]
+        out = model.image_forward(images, with_frozen=kind != "ce" and weights.reg > 0)  # [B, S+1, E]
         text = model.text_features(classnames)  # [C, E]
-        alpha = model.alpha  # [K+1]
-        fused = model.fused_logits(model.logits_from(out.features, text), alpha)  # [B, C]
-        terms = objective(fused, labels, alpha, out.features[:, 0], out.frozen_cls, text, frozen_text,
-                          weights, regularized)
-    return terms, alpha
+        alpha = model.alpha  # [S+1]
+        streams = model.logits_from(out.features, text)  # [B, S+1, C]
+        fused = model.fused_logits(streams, alpha)  # [B, C]
+        terms = objective(kind, streams, fused, labels, alpha, out.features[:, 0], out.frozen_cls, text, frozen_text,
+                          weights)
+    correct = int((fused.detach().argmax(1) == labels).sum())
+    return terms, alpha, correct
 
 
 def update(loop: "Loop", loss: torch.Tensor) -> None:
@@ -135,11 +151,14 @@ def update(loop: "Loop", loss: torch.Tensor) -> None:
     loop.scheduler.step()
 
 
-def make_loop(model: Adapted, p: Train, schedule: Schedule, device: torch.device) -> Loop:
-    """AdamW over the learnable tensors, constant warm-up then cosine (SPEC §7)."""
+def make_loop(model: Adapted, recipe: Recipe, schedule: Schedule, device: torch.device) -> Loop:
+    """The recipe's optimizer over the learnable tensors and Dassl's per-epoch schedule (SPEC §7)."""
     learnable = [param for param in model.parameters() if param.requires_grad]
-    optimizer = torch.optim.AdamW(learnable, lr=p.lr, weight_decay=p.weight_decay)
-    factor = WarmupCosine(p.warmup_epochs * schedule.steps_per_epoch, schedule.total_steps, p.warmup_lr / p.lr)
+    if recipe.optimizer == "sgd":  # Dassl's SGD: no dampening, no Nesterov
+        optimizer = torch.optim.SGD(learnable, lr=recipe.lr, momentum=recipe.momentum, weight_decay=recipe.weight_decay)
+    else:
+        optimizer = torch.optim.AdamW(learnable, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    factor = EpochCosine(schedule.steps_per_epoch, schedule.epochs, recipe.warmup_epochs, recipe.warmup_lr / recipe.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     scaler = torch.amp.GradScaler(device.type, enabled=False)  # bf16 needs no loss scaling; kept for the checkpoint format
     return Loop(optimizer, scheduler, scaler, schedule)

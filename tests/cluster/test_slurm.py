@@ -6,6 +6,7 @@ needs the cluster of `scripts/slurm-local.sh start` and SLURM_CONF pointing at i
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ from tests.cluster.slurm import (LOCAL_RULES, PROFILE, SNAKEMAKE_TIMEOUT_S, Run,
 from tests import tiny_study
 from tests.engines import BIN, ROOT, engine_env, make_project
 from tests.fake_coop import JSON_LAYOUT, make_fake_dataset
+from tests.fake_run import small_recipes
 
 pytestmark = pytest.mark.cluster
 
@@ -240,7 +242,8 @@ KILL_CASES = {
         same_as_uninterrupted=resumed_to_the_same_model(TRAIN_RUN, f"logs/train/coop/{DATASETS[0]}.log"),
         params={"backbone": {"steps": TINY_STUDY["backbone"]["steps"]},
                 "profile": TINY_STUDY["profile"],   # its dataset is replaced by the study's
-                "train": {**TINY_STUDY["train"], "epochs": 300, "batch_size": 2, "checkpoint_every": 10}},
+                "train": {**small_recipes(copy.deepcopy(TINY_STUDY["train"]), epochs=300, batch_size=2),
+                          "checkpoint_every": 10}},
     ),
 }
 
