@@ -57,6 +57,8 @@ class World(Section):
     grid: int = Field(description="positions form a grid x grid layout (2 or 3)")
     n_objects: int = Field(ge=2, description="object classes of world_objects (and world_objects_sketch)")
     n_objects_b: int = Field(ge=2, description="object classes of world_objects_b, disjoint from world_objects")
+    n_objects_rare: int = Field(ge=0, description="object classes of world_objects_rare (0: not drawn): shown in the "
+                                                  "corpus as often as the others, named with `caption_rare`")
     colors: list[str] = Field(description="background colours (the color attribute)")
     textures: list[str] = Field(description="background textures (the texture attribute)")
     shapes: list[str] = Field(description="outlined shapes drawn next to the object (the shape attribute)")
@@ -79,6 +81,7 @@ class World(Section):
     caption_shape: float = Field(ge=0.0, le=1.0, description="probability a caption names the shape")
     caption_color: float = Field(ge=0.0, le=1.0, description="probability a caption names the background colour")
     caption_texture: float = Field(ge=0.0, le=1.0, description="probability a caption names the texture")
+    caption_rare: float = Field(ge=0.0, le=1.0, description="probability a caption names a world_objects_rare object")
     corpus_sketch: float = Field(ge=0.0, le=1.0, description="fraction of corpus scenes drawn in sketch style")
 
 
@@ -242,6 +245,13 @@ class ProfileRoles(Section):
     high: float = Field(ge=0.0, description="H >= high is a generalization head (low < high)")
 
 
+class ProfileAblation(Section):
+    enabled: bool = Field(description="embedded world only: validate the roles by mean-ablating labelled heads")
+    split: Literal["train", "val", "test"] = Field(description="split of profile.dataset whose images are ablated")
+    max_images: int = Field(ge=2, description="at most this many images (a seeded sample of the split)")
+    random_sets: int = Field(ge=1, description="random head sets of the same size per labelled set")
+
+
 class Profile(Section):
     dataset: str = Field(description="prepared dataset whose images are profiled")
     split: Literal["train", "val", "test"] = Field(
@@ -260,6 +270,7 @@ class Profile(Section):
         description="P over concepts: uniform counts picks (paper) | variance weights them by variance explained")
     concepts: ProfileConcepts
     roles: ProfileRoles
+    ablation: ProfileAblation
 
 
 # --- report: tables and pictures of every eval table --------------------------------

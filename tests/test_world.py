@@ -150,3 +150,21 @@ def test_bad_world_params_fail_in_one_line(tmp_path):
     assert result.exit_code == 1
     assert result.output.strip().count("\n") == 0 and "world.colors" in result.output
     assert not (tmp_path / "world").exists()
+
+
+def test_rare_objects_are_drawn_as_often_as_others_but_named_at_their_own_rate(params):
+    """world_objects_rare: its own disjoint classes, in the corpus images, named with caption_rare only."""
+    rare_world = params.world.model_copy(update={"n_objects_rare": 4, "caption_rare": 0.0, "caption_object": 1.0})
+    objects, objects_b = world_data.object_classes(rare_world)
+    rare = world_data.rare_classes(rare_world)
+    assert len(rare) == 4 and not {p for p, _ in rare} & {p for p, _ in objects + objects_b}
+    assert world_data.RARE_SET in world_data.dataset_names(rare_world)
+    shown, named = 0, 0
+    for step in range(20):
+        scenes, captions = world_data.corpus_scenes(rare_world, params.backbone, step, set())
+        for scene, text in zip(scenes, captions):
+            if scene.point in {p for p, _ in rare}:
+                shown += 1
+                named += any(f" {name} " in f" {text[:-1]} " for _, name in rare)
+    assert shown > 0.15 * 20 * params.backbone.batch_size and named == 0
+    assert {name for _, name in rare} <= set(world_data.caption_vocabulary(rare_world))

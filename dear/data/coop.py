@@ -340,6 +340,6 @@ SPECS: dict[str, DatasetSpec] = {
     "imagenet-rendition": _imagenet_set("imagenet-rendition", "imagenet-r", read_imagenet_subset,
                                         "imagenet-r", 200),
     **{name: _world(name) for name in (
-        "world_objects", "world_objects_b", "world_objects_sketch", "world_colors",
+        "world_objects", "world_objects_b", "world_objects_sketch", "world_objects_rare", "world_colors",
         "world_textures", "world_shapes", "world_positions")},
 }

@@ -24,6 +24,7 @@ from dear.errors import DearError
 SPLITS = ("train", "val", "test")
 ATTRIBUTE_SETS = {"colors": "color", "textures": "texture", "shapes": "shape", "positions": "position"}
 OBJECT_SETS = ("world_objects", "world_objects_b", "world_objects_sketch")
+RARE_SET = "world_objects_rare"  # objects the corpus shows as often as others but rarely names
 THING = "thing"  # the noun captions use when the object is not named
 
 # Zero-shot / prompt templates per dataset: exactly the caption forms of the corpus.
@@ -31,6 +32,7 @@ TEMPLATES = {
     "world_objects": ("a photo of a {}.",),
     "world_objects_b": ("a photo of a {}.",),
     "world_objects_sketch": ("a photo of a {}.",),
+    "world_objects_rare": ("a photo of a {}.",),
     "world_colors": ("a photo of a thing on a {} background.",),
     "world_textures": ("a photo of a thing on a {} background.",),
     "world_shapes": ("a photo of a thing next to a {}.",),
@@ -44,7 +46,8 @@ def stream_id(name: str) -> int:
 
 
 def dataset_names(world) -> list[str]:
-    return list(OBJECT_SETS) + [f"world_{name}" for name in world.attribute_sets]
+    rare = [RARE_SET] if world.n_objects_rare else []
+    return list(OBJECT_SETS) + rare + [f"world_{name}" for name in world.attribute_sets]
 
 
 def canvas(world) -> Canvas:
@@ -66,10 +69,10 @@ def check(world) -> None:
         if unknown or len(set(given)) != len(given) or len(given) < 2:
             raise DearError(f"params.yaml: key 'world.{key}' must list >= 2 distinct values of "
                             f"{list(allowed)}; got {given}")
-    needed = world.n_objects + world.n_objects_b
+    needed = world.n_objects + world.n_objects_b + world.n_objects_rare
     if needed > len(catalog()):
-        raise DearError(f"params.yaml: world.n_objects + world.n_objects_b = {needed} exceeds the "
-                        f"{len(catalog())} usable emoji; lower them")
+        raise DearError(f"params.yaml: world.n_objects + world.n_objects_b + world.n_objects_rare = {needed} exceeds "
+                        f"the {len(catalog())} usable emoji; lower them")
     if world.emoji_px_max > world.image_size // world.grid or world.shape_px_max > world.image_size // world.grid:
         raise DearError("params.yaml: world.emoji_px_max and world.shape_px_max must fit in one grid cell "
                         f"({world.image_size // world.grid} px); lower them")
@@ -81,6 +84,14 @@ def object_classes(world) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]
     order = np.random.default_rng([world.seed, stream_id("objects")]).permutation(len(items))
     chosen = [items[i] for i in order[: world.n_objects + world.n_objects_b]]
     return chosen[: world.n_objects], chosen[world.n_objects:]
+
+
+def rare_classes(world) -> list[tuple[int, str]]:
+    """world_objects_rare classes: the next emoji of the same seeded order, disjoint from both sets above."""
+    items = list(catalog())
+    order = np.random.default_rng([world.seed, stream_id("objects")]).permutation(len(items))
+    start = world.n_objects + world.n_objects_b
+    return [items[i] for i in order[start: start + world.n_objects_rare]]
 
 
 # --- scenes --------------------------------------------------------------------
@@ -146,6 +157,9 @@ def dataset_specs(world, every_attribute_set: bool = False) -> list[DatasetSpec]
         DatasetSpec("world_objects_b", names(objects_b), "object", objects_b, "photo", tuple(world.objects_split)),
         DatasetSpec("world_objects_sketch", names(objects), "object", objects, "sketch", tuple(world.sketch_split)),
     ]
+    if world.n_objects_rare:
+        rare = rare_classes(world)
+        specs.append(DatasetSpec(RARE_SET, names(rare), "object", rare, "photo", tuple(world.objects_split)))
     values = {"colors": list(world.colors), "textures": list(world.textures), "shapes": list(world.shapes),
               "positions": list(positions(world))}
     for set_name in (ATTRIBUTE_SETS if every_attribute_set else world.attribute_sets):
@@ -184,14 +198,17 @@ def test_scene_keys(world) -> set[tuple]:
 
 # --- captions and the pretraining corpus ---------------------------------------
 
-def caption(scene: Scene, world, names: dict[int, str], rng: np.random.Generator, force: frozenset = frozenset()) -> str:
+def caption(scene: Scene, world, names: dict[int, str], rng: np.random.Generator, force: frozenset = frozenset(),
+            rare: set[int] = frozenset()) -> str:
     """A caption naming the object and, each with its probability, the other attributes.
 
     Clause order is fixed ("a photo of a X at the P next to a S on a T C background."),
     so each attribute word sits in a predictable slot; a clause in `force` is always named.
+    Objects in `rare` (world_objects_rare) are named with `caption_rare` instead of `caption_object`.
     """
     named = lambda attr, p: attr in force or rng.random() < p  # noqa: E731
-    noun = names[scene.point] if named("object", world.caption_object) else THING
+    naming = world.caption_rare if scene.point in rare else world.caption_object
+    noun = names[scene.point] if named("object", naming) else THING
     head = "a sketch of a" if scene.style == "sketch" else "a photo of a"
     parts = [f"{head} {noun}"]
     if named("position", world.caption_position):
@@ -203,6 +220,17 @@ def caption(scene: Scene, world, names: dict[int, str], rng: np.random.Generator
     if texture or color:
         parts.append("on a " + " ".join(word for word in (texture, color) if word) + " background")
     return " ".join(parts) + "."
+
+
+def caption_vocabulary(world) -> list[str]:
+    """Every word or phrase a corpus caption can hold (`caption` builds captions from these only).
+
+    Pretraining trains the token embeddings of these words alone (`dear.model.pretrain`).
+    """
+    objects, objects_b = object_classes(world)
+    fixed = ["a photo of a", "a sketch of a", THING, "at the", "next to a", "on a", "background", "."]
+    return fixed + [name for _, name in objects + objects_b + rare_classes(world)] + list(positions(world)) + list(world.shapes) \
+        + list(world.textures) + list(world.colors)
 
 
 TWIN_ATTRIBUTES = ("position", "shape", "texture", "color")
@@ -223,8 +251,9 @@ def corpus_scenes(world, backbone, step: int, excluded: set[tuple]) -> tuple[lis
     captions naming it, so the only way to tell the two apart is that attribute.
     """
     objects, objects_b = object_classes(world)
-    pool = objects + objects_b
+    pool = objects + objects_b + rare_classes(world)
     names = dict(pool)
+    rare = {point for point, _ in rare_classes(world)}
     rng = np.random.default_rng([world.seed, stream_id("corpus"), step])
     n_twins = int(round(backbone.batch_size * backbone.twin_fraction / 2))
     weights = np.array([backbone.twin_weights[a] for a in TWIN_ATTRIBUTES], dtype=float)
@@ -243,10 +272,10 @@ def corpus_scenes(world, backbone, step: int, excluded: set[tuple]) -> tuple[lis
                 continue
             force = frozenset({attr})
             scenes += [scene, twin]
-            captions += [caption(scene, world, names, rng, force), caption(twin, world, names, rng, force)]
+            captions += [caption(scene, world, names, rng, force, rare), caption(twin, world, names, rng, force, rare)]
         else:
             scenes.append(scene)
-            captions.append(caption(scene, world, names, rng))
+            captions.append(caption(scene, world, names, rng, rare=rare))
     return scenes, captions
 
 
@@ -272,7 +301,7 @@ def tiny_params() -> dict[str, dict]:
     """
     return {
         "world": {
-            "seed": 0, "image_size": 32, "grid": 2, "n_objects": 8, "n_objects_b": 4,
+            "seed": 0, "image_size": 32, "grid": 2, "n_objects": 8, "n_objects_b": 4, "n_objects_rare": 0,
             "colors": ["red", "green", "blue", "yellow"], "textures": ["plain", "striped", "checkered", "dotted"],
             "shapes": ["circle", "square", "triangle", "star"],
             "attribute_sets": ["colors", "textures", "shapes", "positions"],
@@ -280,7 +309,7 @@ def tiny_params() -> dict[str, dict]:
             "texture_period": 4, "texture_shade": 0.55, "outline_px": 1, "color_jitter": 10,
             "objects_split": [4, 2, 4], "sketch_split": [1, 1, 4], "attribute_split": [4, 2, 6],
             "caption_object": 1.0, "caption_position": 0.3, "caption_shape": 0.3, "caption_color": 0.3,
-            "caption_texture": 0.3, "corpus_sketch": 0.05,
+            "caption_texture": 0.3, "caption_rare": 0.1, "corpus_sketch": 0.05,
         },
         "model": {"arch": "dear-world-tiny", "pretrained": "embedded", "cache_dir": None},
         "backbone": {

@@ -15,6 +15,7 @@ B images or texts, T tokens, D width, H heads, d = D / H, E embedding dim.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -224,6 +225,46 @@ def encode_image(model: nn.Module, images: torch.Tensor, masks: dict[int, torch.
 def text_token_embeddings(model: nn.Module, text: torch.Tensor) -> torch.Tensor:
     """Token embeddings without positions: [B, T] ids -> [B, T, D]."""
     return _text_module(model).token_embedding(text)
+
+
+class CompactTokenEmbedding(nn.Module):
+    """The rows of a token embedding that a closed vocabulary uses, as one small learnable table.
+
+    Stands in for the text tower's `token_embedding` while a model is trained on
+    captions of a known vocabulary: the optimizer then updates (and weight-decays)
+    a few hundred rows instead of all 49,408, which is most of the parameters.
+    An id outside the vocabulary is an error, never a silent zero.
+    """
+
+    def __init__(self, full: nn.Embedding, ids: torch.Tensor):
+        super().__init__()
+        self.ids = ids.unique()  # [V] sorted
+        self.weight = nn.Parameter(full.weight.detach()[self.ids].clone())  # [V, D]
+        lookup = torch.full((full.num_embeddings,), -1, dtype=torch.long)
+        lookup[self.ids] = torch.arange(len(self.ids))
+        self.register_buffer("lookup", lookup, persistent=False)
+
+    def forward(self, text: torch.Tensor) -> torch.Tensor:
+        index = self.lookup[text]  # [B, T]
+        if (index < 0).any():
+            unknown = sorted(set(text[index < 0].tolist()))[:5]
+            raise ValueError(f"token ids {unknown} are outside the compact vocabulary")
+        return F.embedding(index, self.weight)
+
+
+@contextlib.contextmanager
+def compact_token_embedding(model: nn.Module, ids: torch.Tensor):
+    """Train only the token-embedding rows `ids` inside the block; they are written back on exit."""
+    module = _text_module(model)
+    full = module.token_embedding
+    compact = CompactTokenEmbedding(full, ids)
+    module.token_embedding = compact
+    try:
+        yield compact
+    finally:
+        module.token_embedding = full
+        with torch.no_grad():
+            full.weight[compact.ids] = compact.weight.detach()
 
 
 def text_positions(model: nn.Module) -> torch.Tensor:

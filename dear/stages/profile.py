@@ -7,8 +7,10 @@ layers with TextSpan over the text bank (`dear.model.textspan`), and turns
 each head's picked texts into a distribution over concepts, its Concept
 Entropy and a role (`dear.model.concepts`). Writes into the output folder:
 `roles.parquet`, `head_concepts.parquet`, `head_texts.parquet` (schemas
-below), `heatmap.png` and `roles.md`. Every input is read and checked
-before the first file is written.
+below), `heatmap.png`, `roles.md` and `ablation.parquet`: on the embedded
+world, whose images carry their true attributes, the roles are validated by
+mean-ablation (`dear.model.ablation`; an empty table elsewhere). Every input
+is read and checked before the first file is written.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 from dear.data.manifest import read_manifest, select
 from dear.errors import DearError
 from dear.io import provenance, sha256_file, write_bytes, write_parquet, write_text
+from dear.model import ablation as abl
 from dear.model import concepts as cpt
 from dear.model import internals
 from dear.model.decompose import check_layers, head_statistics
@@ -95,6 +98,10 @@ class Outputs:
     def summary(self) -> Path:
         return self.folder / "roles.md"
 
+    @property
+    def ablation(self) -> Path:
+        return self.folder / "ablation.parquet"
+
 
 @dataclass(frozen=True)
 class HeadResult:
@@ -129,10 +136,11 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         batches = image_batches(paths, backbone.preprocess, cfg.batch_size)
         stats = head_statistics(model, batches, cfg.layers, cfg.contributions)
     results = explain_heads(stats.covariance.numpy(), texts, bank, cfg, first_layer=depth - cfg.layers + 1)
+    ablation = ablation_rows(params, inputs.manifest, backbone, results)
     model_sha = sha256_file(Path(inputs.backbone) / "model.pt")  # the same hash as the backbone card's
     record = provenance(cfg, {"manifest": inputs.manifest, "backbone": inputs.backbone, "text_bank": bank.source})
     record["model_sha256"] = model_sha
-    _write(outputs, results, cfg, bank, len(paths), model_sha, record)
+    _write(outputs, results, cfg, bank, len(paths), model_sha, record, ablation)
     log.info("profiled %d heads of layers %d-%d on %d images: %s", len(results), depth - cfg.layers + 1, depth,
              len(paths), _counts([r.role for r in results]))
 
@@ -223,10 +231,54 @@ def _pick_concepts(spans: list, bank: TextBank, cfg: Profile) -> list[list[str]]
     return [[by_index[p.index] for p in picks] for _, _, picks in spans]
 
 
+# --- validation by ablation (embedded world) -------------------------------------
+
+def ablation_rows(params: Params, manifest: Path, backbone, results: list[HeadResult]) -> list[dict]:
+    """Mean-ablation of each concept's labelled heads on images with known attributes; [] when there are none."""
+    cfg = params.profile
+    attributes_file = Path(params.data.root) / cfg.dataset / "attributes.parquet"
+    if not cfg.ablation.enabled or params.data.source != "embedded" or not attributes_file.is_file():
+        return []
+    import pyarrow.parquet as pq
+
+    table = select(read_manifest(manifest), split=cfg.ablation.split)
+    paths = sorted(table["path"].to_pylist())
+    if len(paths) > cfg.ablation.max_images:
+        keep = np.random.default_rng(cfg.seed).choice(len(paths), cfg.ablation.max_images, replace=False)
+        paths = [paths[i] for i in sorted(keep)]
+    truth = {row["impath"]: row for row in pq.read_table(attributes_file).to_pylist()}
+    images_dir = attributes_file.parent / "images"
+    rows = [truth[str(Path(path).relative_to(images_dir))] for path in paths]
+    families = world_families(params, rows, backbone)
+    with torch.no_grad():
+        heads, embeddings, first = abl.decomposed(backbone.model, image_batches(paths, backbone.preprocess,
+                                                                                 cfg.batch_size), cfg.layers)
+    roles = [{"layer": r.layer, "head": r.head, "concept": r.concept, "role": r.role} for r in results]
+    return abl.validate(heads, embeddings, first, families, roles, cfg.ablation.random_sets, cfg.seed)
+
+
+def world_families(params: Params, rows: list[dict], backbone) -> list[abl.Family]:
+    """A zero-shot task per core concept over the world's own vocabulary and caption forms."""
+    from dear.data import world as world_data
+
+    world = params.world
+    objects = sorted({row["object"] for row in rows})
+    vocabulary = {"object": objects, "color": list(world.colors), "shape": list(world.shapes),
+                  "texture": list(world.textures), "position": list(world_data.positions(world))}
+    families = []
+    for concept in cpt.CORE_CONCEPTS:
+        names = vocabulary[concept]
+        index = {name: i for i, name in enumerate(names)}
+        labels = torch.tensor([index.get(row[concept], -1) for row in rows])
+        template = world_data.TEMPLATES["world_objects" if concept == "object" else f"world_{concept}s"][0]
+        families.append(abl.family(backbone.model, backbone.tokenizer, concept, names, template, labels))
+    return families
+
+
 # --- outputs -----------------------------------------------------------------------
 
 def _write(outputs: Outputs, results: list[HeadResult], cfg: Profile, bank: TextBank, n_images: int,
-           model_sha: str, record: dict) -> None:
+           model_sha: str, record: dict, ablation: list[dict]) -> None:
     roles = {
         "layer": [r.layer for r in results], "head": [r.head for r in results],
         "entropy_bits": [r.entropy for r in results], "role": [r.role for r in results],
@@ -240,8 +292,10 @@ def _write(outputs: Outputs, results: list[HeadResult], cfg: Profile, bank: Text
     write_parquet(outputs.roles, pa.table(roles), ROLES_SCHEMA, record)
     write_parquet(outputs.head_concepts, _columns(concept_rows, HEAD_CONCEPTS_SCHEMA), HEAD_CONCEPTS_SCHEMA, record)
     write_parquet(outputs.head_texts, _columns(text_rows, HEAD_TEXTS_SCHEMA), HEAD_TEXTS_SCHEMA, record)
+    write_parquet(outputs.ablation, pa.Table.from_pylist(ablation, schema=abl.ABLATION_SCHEMA), abl.ABLATION_SCHEMA,
+                  record)
     write_bytes(outputs.heatmap, _heatmap(results, cfg, n_images))
-    write_text(outputs.summary, summary_markdown(results, cfg, n_images))
+    write_text(outputs.summary, summary_markdown(results, cfg, n_images, ablation))
 
 
 def _columns(rows: list[tuple], schema: pa.Schema) -> pa.Table:
@@ -265,8 +319,8 @@ def _counts(values: list[str]) -> str:
     return ", ".join(f"{name} {values.count(name)}" for name in sorted(set(values)))
 
 
-def summary_markdown(results: list[HeadResult], cfg: Profile, n_images: int, top_heads: int = 8,
-                     top_texts: int = 5) -> str:
+def summary_markdown(results: list[HeadResult], cfg: Profile, n_images: int, ablation: list[dict] = (),
+                     top_heads: int = 8, top_texts: int = 5) -> str:
     """roles.md: counts per role and concept, then the most specialized heads and their first texts."""
     lines = [f"# Head roles: {cfg.dataset} ({cfg.split} split, {n_images} images)", "",
              f"Layers {results[0].layer}-{results[-1].layer}, {len(results)} heads; N = {cfg.texts_per_head} texts "
@@ -285,4 +339,10 @@ def summary_markdown(results: list[HeadResult], cfg: Profile, n_images: int, top
                      f"H = {r.entropy:.2f} bits")
         for pick, text, concept in list(zip(r.picks, r.pick_texts, r.pick_concepts))[:top_texts]:
             lines.append(f"  - {text} [{concept}, {pick.share:.1%} of the variance]")
+    if ablation:
+        lines += ["", "## Validation by ablation", "",
+                  f"Zero-shot accuracy lost on each concept when its heads' direct contributions are mean-ablated "
+                  f"({cfg.ablation.split} images of {cfg.dataset}), against {cfg.ablation.random_sets} random head "
+                  "sets of the same size; a concept is judged when the backbone knows it (zero-shot >= 2x chance).", ""]
+        lines += abl.markdown(ablation)
     return "\n".join(lines) + "\n"
