@@ -276,12 +276,20 @@ class Profile(Section):
 # --- report: tables and pictures of every eval table --------------------------------
 
 class Report(Section):
+    @model_validator(mode="after")
+    def _pairs(self) -> "Report":
+        if any(len(pair) != 2 for pair in self.differences):
+            raise ValueError("report.differences: each entry is a pair [method, baseline]")
+        return self
+
     methods: list[str] = Field(
         min_length=1, description="row order of the tables; a listed method with no eval table shows as missing")
     std_ddof: int = Field(ge=0, le=1, description="std over seeds: 1 = sample std (n-1), 0 = population std")
     std_warning: float = Field(ge=0.0, description="warn when a dataset's std over seeds exceeds this (points)")
     decimals: int = Field(ge=0, le=6, description="decimals of the percentages in results.md")
     reference: bool = Field(description="add the paper's reference averages (SPEC §9) as a separate block")
+    differences: list[list[str]] = Field(
+        description="pairs [method, baseline] whose per-seed paired differences the report shows")
     loss_smoothing: int = Field(ge=1, description="moving-average window (steps) of the plotted loss curves; 1 = raw")
     dpi: int = Field(ge=50, description="resolution of the report's PNG pictures")
 

@@ -41,7 +41,8 @@ def dvc_project(tmp_path_factory) -> Path:
 
 def test_snakemake_runs_the_study_and_then_has_nothing_to_do(snakemake_project):
     results = (snakemake_project / "report/results.md").read_text()
-    assert "## Base-to-novel" in results and "| world_objects | dear |" in results
+    assert "## Base-to-novel" in results and "### world_objects" in results and "| dear |" in results
+    assert "### Paired differences" in results and "### Each stream's own accuracy" in results
     assert (snakemake_project / "transfer/dear/eval/seed1/eval.parquet").is_file()
     again = run([str(BIN / "snakemake"), "--cores", "2"], snakemake_project)
     assert "Nothing to be done" in again.stdout + again.stderr

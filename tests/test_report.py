@@ -46,39 +46,56 @@ TRANSFER = {
     ("domain_generalization", "dear"): {s: {"dsA_sketch": 42} for s in SEEDS},
 }
 
-EXPECTED_B2N = """\
-| Dataset | Method | Base | Novel | HM | n |
-| --- | --- | --- | --- | --- | --- |
-| dsA | zeroshot | 70.00 ± 0.00 | 75.00 ± 0.00 | 72.41 ± 0.00 | 3 |
-| dsA | coop | 85.00 ± 7.07 | 55.00 ± 7.07 | 66.43 ± 3.03 | 2 (no seed 3) |
-| dsA | dear_nomask | — | — | — | 0 |
-| dsA | dear | 85.00 ± 5.00 | 60.00 ± 0.00 | 70.31 ± 1.71 | 3 |
-| dsB | zeroshot | 60.00 ± 0.00 | 65.00 ± 0.00 | 62.40 ± 0.00 | 3 |
-| dsB | coop | 80.00 ± 0.00 | 40.00 ± 0.00 | 53.33 ± 0.00 | 3 |
-| dsB | dear_nomask | — | — | — | 0 |
-| dsB | dear | 85.00 ± 0.00 | 55.00 ± 0.00 | 66.79 ± 0.00 | 3 |
-| **Average** (2 datasets) | zeroshot | 65.00 ± 0.00 | 70.00 ± 0.00 | 67.41 ± 0.00 | 3 |
-| **Average** (2 datasets) | coop | 82.50 ± 3.54 | 47.50 ± 3.54 | 60.29 ± 1.90 | 2 (no seed 3) |
-| **Average** (2 datasets) | dear_nomask | — | — | — | 0 |
-| **Average** (2 datasets) | dear | 85.00 ± 2.50 | 57.50 ± 0.00 | 68.60 ± 0.81 | 3 |
+EXPECTED_AVERAGE = """\
+| Method | Base | Novel | HM | n |
+| --- | --- | --- | --- | --- |
+| zeroshot | 65.00 ± 0.00 | **70.00 ± 0.00** | 67.41 ± 0.00 | 3 |
+| coop | 82.50 ± 3.54 | 47.50 ± 3.54 | 60.29 ± 1.90 | 2 (no seed 3) |
+| dear_nomask | — | — | — | 0 |
+| dear | **85.00 ± 2.50** | 57.50 ± 0.00 | **68.60 ± 0.81** | 3 |
+"""
+EXPECTED_DSA = """\
+| Method | Base | Novel | HM | n |
+| --- | --- | --- | --- | --- |
+| zeroshot | 70.00 ± 0.00 | **75.00 ± 0.00** | **72.41 ± 0.00** | 3 |
+| coop | **85.00 ± 7.07** | 55.00 ± 7.07 | 66.79 ± 3.03 | 2 (no seed 3) |
+| dear_nomask | — | — | — | 0 |
+| dear | **85.00 ± 5.00** | 60.00 ± 0.00 | 70.34 ± 1.71 | 3 |
+"""
+EXPECTED_DSB = """\
+| Method | Base | Novel | HM | n |
+| --- | --- | --- | --- | --- |
+| zeroshot | 60.00 ± 0.00 | **65.00 ± 0.00** | 62.40 ± 0.00 | 3 |
+| coop | 80.00 ± 0.00 | 40.00 ± 0.00 | 53.33 ± 0.00 | 3 |
+| dear_nomask | — | — | — | 0 |
+| dear | **85.00 ± 0.00** | 55.00 ± 0.00 | **66.79 ± 0.00** | 3 |
 """
 # By hand:
-# dsA coop HM per seed: 2*90*50/140 = 64.286, 2*80*60/140 = 68.571 -> mean 66.43, std 4.286/sqrt(2) = 3.03
-# dsA dear HM per seed: 480/7 = 68.571, 2040/29 = 70.345, 72 -> mean 70.31, sample std 1.71
+# A dataset's HM is the HM of its seed-averaged Base and Novel (the papers' convention); its ± is the std of
+# the per-seed HMs. dsA coop: HM(85, 55) = 9350/140 = 66.79; per seed 2*90*50/140 = 64.286, 2*80*60/140 = 68.571
+#   -> std 4.286/sqrt(2) = 3.03. dsA dear: HM(85, 60) = 10200/145 = 70.34; per seed 68.571, 70.345, 72 -> std 1.71.
 # Average dear: Base (85+85)/2 = 85, Novel (60+55)/2 = 57.5, HM of those = 9775/142.5 = 68.60
-#   (the mean of the two dataset HMs would be (70.31+66.79)/2 = 68.55: the conventions differ)
 #   per-seed averages: Base 82.5, 85, 87.5 (std 2.50); HM 67.768, 68.596, 69.397 (std 0.81)
 # Average coop: only seeds 1, 2 are in both datasets: Base 85, 80; Novel 45, 50 (std 3.54 each);
 #   mean Base (85 + 80)/2 = 82.5 and Novel (55+40)/2 = 47.5 -> HM 7837.5/130 = 60.29;
 #   per-seed HM 2*85*45/130 = 58.846, 2*80*50/130 = 61.538 -> std 1.90
+# Bold: the best mean of each column (dsA Base: coop and dear tie at 85).
+
+# dear - coop per seed (seeds 1, 2 only: coop has no seed 3):
+# dsA Base -10, +5 -> -2.50 ± 10.61; Novel +10, 0 -> +5.00 ± 7.07; HM 68.571-64.286, 70.345-68.571 -> +3.03 ± 1.78
+# Average Base 82.5-85, 85-80 -> +1.25 ± 5.30; Novel 57.5-45, 57.5-50 -> +10.00 ± 3.54;
+#   HM 67.768-58.846, 68.596-61.538 -> +7.99 ± 1.32
+EXPECTED_DIFFERENCES = {("dsA", "base"): (-2.5, 10.6066), ("dsA", "novel"): (5.0, 7.0711),
+                        ("dsA", "hm"): (3.0296, 1.7765), ("Average", "base"): (1.25, 5.3033),
+                        ("Average", "novel"): (10.0, 3.5355), ("Average", "hm"): (7.9899, 1.3178)}
 
 EXPECTED_CROSS = """\
 | Method | dsA (source) | dsB | dsC | Average of targets | n |
 | --- | --- | --- | --- | --- | --- |
-| zeroshot | 72.00 ± 0.00 | 62.00 ± 0.00 | 50.00 ± 0.00 | 56.00 ± 0.00 | 3 |
-| coop | 90.00 ± 0.00 | 55.00 ± 0.00 | 45.00 ± 0.00 | 50.00 ± 0.00 | 3 |
+| zeroshot | 72.00 ± 0.00 | **62.00 ± 0.00** | 50.00 ± 0.00 | 56.00 ± 0.00 | 3 |
+| coop | **90.00 ± 0.00** | 55.00 ± 0.00 | 45.00 ± 0.00 | 50.00 ± 0.00 | 3 |
 | dear_nomask | — | — | — | — | 0 |
-| dear | 88.00 ± 0.00 | 60.00 ± 0.00 | 53.00 ± 1.41 | 56.50 ± 0.71 | 2–3 (no seed 3) |
+| dear | 88.00 ± 0.00 | 60.00 ± 0.00 | **53.00 ± 1.41** | **56.50 ± 0.71** | 2–3 (no seed 3) |
 """
 # dear dsC: 52, 54 -> 53 ± 1.41; its average (60 + 53)/2 = 56.5; per-seed averages 56, 57 -> std 0.71
 
@@ -88,7 +105,7 @@ EXPECTED_DG = """\
 | zeroshot | 40.00 ± 0.00 | 40.00 ± 0.00 | 3 |
 | coop | 35.00 ± 0.00 | 35.00 ± 0.00 | 3 |
 | dear_nomask | — | — | 0 |
-| dear | 42.00 ± 0.00 | 42.00 ± 0.00 | 3 |
+| dear | **42.00 ± 0.00** | **42.00 ± 0.00** | 3 |
 """
 
 EXPECTED_METRICS = {
@@ -110,6 +127,7 @@ EXPECTED_METRICS = {
         "dear_nomask": {"dsA": {"source": None, "average": None, "seeds": 0}},
         "dear": {"dsA": {"source": None, "average": 42.0, "seeds": 3}},
     },
+    "differences": {"dear_minus_coop": {"base": 1.25, "novel": 10.0, "hm": 7.9899}},
 }
 
 
@@ -169,7 +187,7 @@ def write_params(root: Path, **report) -> Path:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["data"]["seeds"] = list(SEEDS)
     params["report"].update(methods=["zeroshot", "coop", "dear_nomask", "dear"], std_ddof=1, std_warning=2.0,
-                            decimals=2, reference=True, loss_smoothing=3, dpi=50)
+                            decimals=2, reference=True, loss_smoothing=3, dpi=50, differences=[["dear", "coop"]])
     params["report"].update(report)
     path = root / f"params-{len(list(root.glob('params-*')))}.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
@@ -206,10 +224,25 @@ def table_after(markdown: str, heading: str) -> str:
 
 def test_report_matches_the_hand_computed_tables(world):
     markdown = (world["out"] / "results.md").read_text()
-    assert table_after(markdown, "## Base-to-novel") == EXPECTED_B2N
+    assert table_after(markdown, "### Average over 2 datasets") == EXPECTED_AVERAGE
+    assert markdown.index("### Average over 2 datasets") < markdown.index("### dsA")  # the average first
+    assert table_after(markdown, "### dsA") == EXPECTED_DSA
+    assert table_after(markdown, "### dsB") == EXPECTED_DSB
     assert table_after(markdown, "## Cross-dataset") == EXPECTED_CROSS
     assert table_after(markdown, "## Domain generalization") == EXPECTED_DG
-    assert "takes the HM of those two averages (the papers' convention)" in markdown
+    assert "HM is the HM of those two averages (the papers' convention)" in markdown
+
+
+def test_paired_differences_are_per_seed_on_the_seeds_both_methods_have(world):
+    frame = pd.read_csv(world["out"] / "differences.csv")
+    assert set(zip(frame["method"], frame["baseline"])) == {("dear", "coop")}
+    for (dataset, metric), (mean, std) in EXPECTED_DIFFERENCES.items():
+        row = frame[(frame["dataset"] == dataset) & (frame["metric"] == metric)].iloc[0]
+        assert (row["mean"], row["std"], row["seeds"]) == (pytest.approx(mean, abs=1e-4), pytest.approx(std, abs=1e-4),
+                                                           "1;2")
+    table = table_after((world["out"] / "results.md").read_text(), "### Paired differences")
+    assert "| **Average** | +1.25 ± 5.30 | +10.00 ± 3.54 | +7.99 ± 1.32 | 2 |" in table
+    assert "| dsA | -2.50 ± 10.61 | +5.00 ± 7.07 | +3.03 ± 1.78 | 2 |" in table
 
 
 def test_metrics_json_holds_the_averages_with_missing_as_null(world):
@@ -278,7 +311,8 @@ def test_outputs_are_byte_identical_for_the_same_inputs_in_any_order(world):
     out = world["root"] / "report-again"
     result = invoke(world["params"], out, world["evals"][::-1], world["logs"][::-1], world["roles"])
     assert result.exit_code == 0, result.output
-    for name in ("results.md", "results.csv", "metrics.json", "base_novel.png", "loss_curves.png",
+    for name in ("results.md", "results.csv", "differences.csv", "streams.csv", "metrics.json", "base_novel.png",
+                 "loss_curves.png",
                  "plots/base_novel.csv", "plots/loss.csv", "plots/transfer.csv", "roles/dsA.png"):
         assert (out / name).read_bytes() == (world["out"] / name).read_bytes(), name
 

@@ -39,8 +39,12 @@ def role_heatmap(layers: Sequence[int], heads: int, entropy: np.ndarray, roles: 
     ax.set_ylabel("layer (1-based)")
     ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=ax, label="Concept Entropy (bits)")
-    fig.text(0.01, 0.01, "A attribute  G generalization  M mixed", fontsize=7)
-    fig.tight_layout()
+    shown = sorted({concepts[i][h] for i in range(len(layers)) for h in range(heads) if roles[i][h] == "attribute"})
+    legend = "A attribute  G generalization  M mixed"
+    if shown:
+        legend += "   " + "  ".join(f"{concept[:3]} = {concept}" for concept in shown)
+    fig.text(0.01, 0.01, legend, fontsize=7)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", metadata={"Software": None})
     plt.close(fig)

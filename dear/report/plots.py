@@ -14,6 +14,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from dear.report.tables import AVERAGE, B2N_METRICS, method_order
 
@@ -86,13 +87,15 @@ def loss_png(logs: pd.DataFrame, listed_methods: list[str], smoothing: int, dpi:
     lines = -(-len(datasets) // columns)
     figure = Figure(figsize=(4.6 * columns, 3.4 * lines + 0.9), layout="constrained")
     axes = figure.subplots(lines, columns, squeeze=False).ravel()
+    window = max(1, min(smoothing, int(logs.groupby(["method", "dataset", "seed"]).size().max()) // 2))
     for ax, dataset in zip(axes, datasets):
         for (method, seed), run in logs[logs["dataset"] == dataset].groupby(["method", "seed"], sort=True):
-            smooth = run["loss"].rolling(smoothing, min_periods=1).mean()
+            smooth = run["loss"].rolling(window, min_periods=1).mean()
             ax.plot(run["step"], smooth, color=colors[method], linestyle=styles[seed], linewidth=1.2)
         ax.set_title(f"trained on {dataset}", fontsize=10)
         ax.set_xlabel("step")
-        ax.set_ylabel("total loss")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("training objective")
         ax.grid(alpha=0.3)
     for ax in axes[len(datasets):]:
         ax.set_visible(False)
@@ -100,8 +103,8 @@ def loss_png(logs: pd.DataFrame, listed_methods: list[str], smoothing: int, dpi:
     handles += [Line2D([], [], color="0.3", linestyle=styles[s]) for s in seeds]
     labels = methods + [f"seed {s}" for s in seeds]
     figure.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
-    window = "raw" if smoothing == 1 else f"moving average over {smoothing} steps"
-    figure.suptitle(f"Training loss ({window})", fontsize=11)
+    shown = "raw values" if window == 1 else f"moving average over {window} steps"
+    figure.suptitle(f"Training loss: each method's own objective ({shown})", fontsize=11)
     return _png(figure, dpi)
 
 

@@ -7,10 +7,14 @@ holds and each seed's value. Conventions, stated once here and under each
 table of results.md:
 
 - A dataset's Base and Novel are the mean ± std over seeds of that seed's
-  counts-based accuracy; its HM is the mean ± std of the per-seed HM.
+  counts-based accuracy; its HM is the HM of those two means (the papers'
+  convention), its ± the std of the per-seed HMs.
 - The base-to-novel Average row averages Base and Novel over datasets and
-  takes the HM of those two averages (the papers' convention), so it is not
+  takes the HM of those two averages (the same convention), so it is not
   the mean of the HM column.
+- Paired differences (`differences`): per seed, one method's number minus
+  another's on the same few-shot sample, then mean ± std over the seeds
+  both have; HM differences are per-seed HM minus per-seed HM.
 - Transfer protocols (cross-dataset, domain generalization): one accuracy
   per target; the Average is over the targets, the source left out.
 - An average holds a number only when every dataset (target) of the table
@@ -69,9 +73,13 @@ def base_to_novel(rows: pd.DataFrame, methods: list[str], conv: Conventions) -> 
     for dataset in datasets:
         for method in methods:
             mine = rows[(rows["target"] == dataset) & (rows["method"] == method)]
+            values = {metric: _by_seed(mine, metric) for metric in B2N_METRICS}
+            means = {metric: np.mean(list(values[metric].values())) if values[metric] else np.nan
+                     for metric in ("base", "novel")}
+            means["hm"] = float(harmonic_mean(means["base"], means["novel"]))
             for metric in B2N_METRICS:
-                values = _by_seed(mine, metric)
-                records.append(_record("base_to_novel", dataset, dataset, "dataset", method, metric, values, conv))
+                records.append(_record("base_to_novel", dataset, dataset, "dataset", method, metric, values[metric],
+                                       conv, mean=float(means[metric])))
     for method in methods:
         records += _b2n_average(rows[rows["method"] == method], datasets, method, conv)
     return records
@@ -151,3 +159,59 @@ def _record(protocol: str, source: str, dataset: str, row: str, method: str, met
         "std_warning": bool(row == "dataset" and not np.isnan(std) and std > conv.std_warning),
         "values": values,
     }
+
+
+# --- paired differences and per-stream accuracy ------------------------------------
+
+DIFFERENCE_COLUMNS = ["dataset", "method", "baseline", "metric", "mean", "std", "n_seeds", "seeds"]
+
+
+def differences(per_seed: pd.DataFrame, pairs: list[tuple[str, str]], conv: Conventions) -> pd.DataFrame:
+    """Base-to-novel paired differences method - baseline per dataset and for the Average, per seed.
+
+    per_seed: `seed_accuracy` rows of the output stream. The Average's per-seed
+    value is the HM of that seed's Base and Novel averaged over the datasets.
+    """
+    rows = per_seed[per_seed["protocol"] == "base_to_novel"]
+    datasets = sorted(rows["target"].unique())
+    records = []
+    for method, baseline in pairs:
+        for dataset in datasets + [AVERAGE]:
+            a, b = (_seed_values(rows, name, datasets, dataset) for name in (method, baseline))
+            for metric in B2N_METRICS:
+                seeds = sorted(set(a[metric]) & set(b[metric]))
+                diffs = np.array([a[metric][s] - b[metric][s] for s in seeds], dtype=float)
+                std = float(diffs.std(ddof=conv.ddof)) if len(diffs) > conv.ddof else np.nan
+                records.append({"dataset": dataset, "method": method, "baseline": baseline, "metric": metric,
+                                "mean": float(diffs.mean()) if len(diffs) else np.nan, "std": std,
+                                "n_seeds": len(seeds), "seeds": ";".join(map(str, seeds))})
+    return pd.DataFrame(records, columns=DIFFERENCE_COLUMNS)
+
+
+def _seed_values(rows: pd.DataFrame, method: str, datasets: list[str], dataset: str) -> dict[str, dict[int, float]]:
+    """{metric: {seed: value}} of one method on one dataset, or on the Average of all datasets."""
+    mine = rows[rows["method"] == method]
+    if dataset != AVERAGE:
+        return {metric: _by_seed(mine[mine["target"] == dataset], metric) for metric in B2N_METRICS}
+    seeds = _complete_seeds(mine, datasets, ["base", "novel"])
+    values = {metric: {s: _mean_over(mine, datasets, s, metric) for s in seeds} for metric in ("base", "novel")}
+    values["hm"] = {s: float(harmonic_mean(values["base"][s], values["novel"][s])) for s in seeds}
+    return values
+
+
+STREAM_COLUMNS = ["dataset", "method", "stream", "split", "mean", "std", "n_seeds"]
+
+
+def stream_accuracy(per_seed_streams: pd.DataFrame, conv: Conventions) -> pd.DataFrame:
+    """Each stream's own base / novel accuracy (mean ± std over seeds) per base-to-novel dataset and method."""
+    rows = per_seed_streams[(per_seed_streams["protocol"] == "base_to_novel")
+                            & (per_seed_streams["stream"] != "output")]
+    records = []
+    for (dataset, method, stream), mine in rows.groupby(["target", "method", "stream"], sort=False):
+        for split in ("base", "novel"):
+            values = mine[split].dropna().to_numpy(float)
+            records.append({"dataset": dataset, "method": method, "stream": stream, "split": split,
+                            "mean": float(values.mean()) if len(values) else np.nan,
+                            "std": float(values.std(ddof=conv.ddof)) if len(values) > conv.ddof else np.nan,
+                            "n_seeds": len(values)})
+    return pd.DataFrame(records, columns=STREAM_COLUMNS)

@@ -4,7 +4,9 @@ Reads the eval.parquet files given (schema in `dear.results`), the train logs
 and the head-role heatmaps, checks all of them, computes everything in
 memory, and only then writes into the output folder:
 
-    results.md, results.csv        tables per protocol (dear.report.tables / markdown)
+    results.md, results.csv        tables per protocol (dear.report.tables / markdown), pictures linked
+    differences.csv                per-seed paired differences (report.differences) per dataset
+    streams.csv                    each logit stream's own accuracy per dataset and method
     metrics.json                   averages per protocol and method, for `dvc metrics/exp show`
     provenance.json                params, input hashes and versions behind the report
     base_novel.png, loss_curves.png, roles/<dataset>.png
@@ -23,6 +25,8 @@ import pandas as pd
 from dear.errors import DearError
 from dear.io import provenance, write_bytes, write_json
 from dear.params import Params
+from dear.io import read_parquet
+from dear.model import ablation
 from dear.report import markdown, plots, tables
 from dear.report.train_logs import read_train_logs
 from dear.results import read_evals, seed_accuracy
@@ -36,7 +40,7 @@ METRIC_DIGITS = 4
 class Inputs:
     evals: list[Path]                                       # eval.parquet of every run to report
     train_logs: list[Path] = field(default_factory=list)    # train_log.parquet (runs/<method>/<ds>/train/seed<S>/)
-    roles: list[Path] = field(default_factory=list)         # roles/<dataset>/heatmap.png
+    roles: list[Path] = field(default_factory=list)         # roles/<dataset>/heatmap.png (ablation.parquet beside it)
 
 
 @dataclass(frozen=True)
@@ -47,18 +51,25 @@ class Outputs:
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     conventions = tables.Conventions(methods=list(params.report.methods), seeds=list(params.data.seeds),
                                      ddof=params.report.std_ddof, std_warning=params.report.std_warning)
-    evals = read_evals(inputs.evals)
+    every_stream = read_evals(inputs.evals, streams=True)
+    evals = every_stream[every_stream["stream"] == "output"]
     logs = read_train_logs(inputs.train_logs)
     heatmaps = read_heatmaps(inputs.roles)
-    results = tables.aggregate(seed_accuracy(evals), conventions)
+    ablations = read_ablations(inputs.roles)
+    per_seed = seed_accuracy(evals)
+    results = tables.aggregate(per_seed, conventions)
+    differences = tables.differences(per_seed, [tuple(pair) for pair in params.report.differences], conventions)
+    streams = tables.stream_accuracy(seed_accuracy(every_stream), conventions)
 
     page = markdown.Page(decimals=params.report.decimals, methods=conventions.methods, seeds=conventions.seeds,
                          ddof=conventions.ddof, std_warning=conventions.std_warning, n_evals=len(set(inputs.evals)),
                          reference=params.report.reference, heatmaps=[f"roles/{name}.png" for name in heatmaps],
-                         has_loss=True)
+                         has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()})
     files = {
-        "results.md": markdown.render(results, page).encode(),
+        "results.md": markdown.render(results, page, differences, streams).encode(),
         "results.csv": _csv(results),
+        "differences.csv": _csv(differences),
+        "streams.csv": _csv(streams),
         "base_novel.png": plots.base_novel_png(results, conventions.methods, params.report.dpi),
         "loss_curves.png": plots.loss_png(logs, conventions.methods, params.report.loss_smoothing,
                                           params.report.dpi),
@@ -71,7 +82,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
 
     for name, data in files.items():
         write_bytes(outputs.folder / name, data)
-    write_json(outputs.folder / "metrics.json", metrics(results))
+    write_json(outputs.folder / "metrics.json", metrics(results, differences))
     write_json(outputs.folder / "provenance.json", {"provenance": record})
     _remove_stale_heatmaps(outputs.folder / "roles", set(heatmaps))
     _log_summary(results, outputs.folder)
@@ -93,14 +104,31 @@ def read_heatmaps(paths: list[Path]) -> dict[str, bytes]:
     return found
 
 
-def metrics(results: pd.DataFrame) -> dict:
+def read_ablations(heatmaps: list[Path]) -> dict[str, list[dict]]:
+    """{dataset: rows} of the role validations written beside the heatmaps (roles/<ds>/ablation.parquet)."""
+    found = {}
+    for heatmap in sorted({Path(p) for p in heatmaps}):
+        path = heatmap.parent / "ablation.parquet"
+        if path.is_file():
+            rows = read_parquet(path, ablation.ABLATION_SCHEMA).to_pylist()
+            if rows:
+                found[heatmap.parent.name] = rows
+    return found
+
+
+def metrics(results: pd.DataFrame, differences: pd.DataFrame | None = None) -> dict:
     """Averages per protocol and method, nested for `dvc metrics show` / `dvc exp show`.
 
     base_to_novel.<method>.{base, novel, hm, seeds}: the Average row;
-    cross_dataset|domain_generalization.<method>.<source>.{source, average, seeds}.
+    cross_dataset|domain_generalization.<method>.<source>.{source, average, seeds};
+    differences.<method>_minus_<baseline>.{base, novel, hm}: the Average's paired differences.
     Missing numbers are null, never 0.
     """
     out: dict = {}
+    if differences is not None:
+        for row in differences[differences["dataset"] == tables.AVERAGE].itertuples(index=False):
+            out.setdefault("differences", {}).setdefault(f"{row.method}_minus_{row.baseline}", {})[row.metric] = \
+                _rounded(row.mean)
     averages = results[results["row"] == "average"]
     for row in averages[averages["protocol"] == "base_to_novel"].itertuples(index=False):
         entry = out.setdefault("base_to_novel", {}).setdefault(row.method, {})

@@ -3,14 +3,17 @@
 rule report:
     """The paper's tables per protocol, pictures and DVC metrics, from every eval table."""
     input:
-        code=code(*CORE, "dear/stages/report.py", "dear/report", "dear/results.py"),
+        code=code(*CORE, "dear/stages/report.py", "dear/report", "dear/results.py", "dear/model/ablation.py"),
         evals=expand("runs/{method}/{dataset}/eval/seed{seed}/eval.parquet", method=METHODS, dataset=B2N, seed=SEEDS),
         transfer=expand("transfer/{method}/eval/seed{seed}/eval.parquet", method=METHODS, seed=SEEDS),
         logs=expand("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet", method=METHODS, dataset=B2N, seed=SEEDS),
         heatmap=f"roles/{PROFILED}/heatmap.png",
+        ablation=f"roles/{PROFILED}/ablation.parquet",
     output:
         "report/results.md",
         "report/results.csv",
+        "report/differences.csv",
+        "report/streams.csv",
         "report/metrics.json",
         "report/provenance.json",
         "report/base_novel.png",
