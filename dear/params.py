@@ -185,6 +185,9 @@ class Train(Section):
     template: str = Field(description="hand-written prompt; {} is the class name")
     dataset_templates: dict[str, str] = Field(description="per-dataset prompts overriding `template` (MMRL's)")
     augmentation: Augmentation
+    views: int | None = Field(
+        ge=1, description="null: a fresh augmented view of every image each epoch (the recipe) | V: V fixed views "
+                          "per image, the frozen blocks of each computed once (epoch e uses view e mod V; ours)")
     recipes: Recipes
     checkpoint_every: int = Field(ge=1, description="steps between resumable checkpoints")
     device: Literal["auto", "cpu", "cuda"] = Field(description="auto = cuda when available")

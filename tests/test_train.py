@@ -316,3 +316,38 @@ def test_several_seeds_need_the_placeholder_in_every_output(world, tmp_path):
     assert_clean_failure(invoke_seeds(world, tmp_path, 1, 2, out="out"), tmp_path, "--out", "{seed}")
     assert_clean_failure(invoke_seeds(world, tmp_path, 1, 2, fewshot="fewshot.parquet", out="out"), tmp_path,
                          "2 seeds", "{seed}")
+
+
+def test_a_view_bank_computes_each_views_frozen_blocks_once_and_reuses_them_exactly(world, tmp_path, monkeypatch):
+    """train.views: 2 over 4 epochs: two view computations; recomputing them every epoch gives the same bytes."""
+    from dear.train import views
+
+    params = fake_run.params_file(tmp_path / "params.yaml", recipe={"epochs": 4}, train={"views": 2})
+    computed = []
+    original = views.ViewCache._view
+
+    def counting(self, v):
+        if v not in self._views:
+            computed.append(v)
+        return original(self, v)
+
+    monkeypatch.setattr(views.ViewCache, "_view", counting)
+    cached = train(world, tmp_path / "cached", method="dear", params=params)
+    assert computed == [0, 1]
+
+    def recomputing(self, v):
+        self._views.clear()
+        return original(self, v)
+
+    monkeypatch.setattr(views.ViewCache, "_view", recomputing)
+    again = train(world, tmp_path / "again", method="dear", params=params)
+    assert (again / "model.pt").read_bytes() == (cached / "model.pt").read_bytes()
+    log = pq.read_table(cached / "train_log.parquet").to_pylist()
+    assert len(log) == 4 * 4 and all(math.isfinite(row["loss"]) for row in log)
+
+
+def test_coop_trains_from_cached_image_features(world, tmp_path):
+    """CoOp's image side is wholly frozen: its view bank holds the final CLS states."""
+    params = fake_run.params_file(tmp_path / "params.yaml", train={"views": 1})
+    out = train(world, tmp_path / "coop", method="coop", params=params)
+    assert pq.read_table(out / "train_log.parquet").num_rows == N_STEPS

@@ -146,16 +146,33 @@ class Adapted(nn.Module):
 
     # --- image side --------------------------------------------------------------------
 
+    @property
+    def frozen_depth(self) -> int:
+        """Image blocks that never depend on a learnable tensor: those below the first token layer (all without tokens)."""
+        return self.start - 1 if self.method.attribute_tokens else self.vision.layers
+
+    @torch.no_grad()
+    def image_prefix(self, images: torch.Tensor) -> torch.Tensor:
+        """[B, 3, S, S] -> [B, 1+N, D]: the output of the frozen blocks (the same for every step's parameters)."""
+        x = oc.image_tokens(self.clip, images)  # [B, 1+N, D]
+        for block in self.vision.blocks[: self.frozen_depth]:
+            x = oc.block_forward(block, x)
+        return x
+
     def image_forward(self, images: torch.Tensor, with_frozen: bool = False) -> ImageOutput:
         """Adapted image features and, for the λ_img term, the untouched model's CLS feature."""
-        blocks, K = self.vision.blocks, self.method.attribute_tokens
-        x = oc.image_tokens(self.clip, images)  # [B, 1+N, D]
-        with torch.no_grad():
-            for block in blocks[: self.start - 1]:
-                x = oc.block_forward(block, x)
-        start, n_other = x, x.shape[1]
+        return self.forward_from_prefix(self.image_prefix(images), with_frozen)
+
+    def forward_from_prefix(self, x: torch.Tensor, with_frozen: bool = False,
+                            frozen_cls: torch.Tensor | None = None) -> ImageOutput:
+        """`image_forward` from the frozen blocks' output x [B, 1+N, D] (e.g. cached per augmented view).
+
+        The untouched model's CLS feature is `frozen_cls` when given (cached), else computed when asked.
+        """
+        K, n_other = self.method.attribute_tokens, x.shape[1]
+        start = x
         masks = self._layer_masks(n_other, x.device)
-        for i, block in enumerate(blocks[self.start - 1:]):
+        for i, block in enumerate(self.vision.blocks[self.frozen_depth:]):
             if K:
                 x = self._with_attribute_tokens(x, i, n_other)  # [B, 1+N+K, D]
             x = oc.block_forward(block, x, masks.get(self.start + i) if masks else None)
@@ -165,8 +182,9 @@ class Adapted(nn.Module):
             if self.method.pooling == "mean":  # MMRL: one representation feature
                 tokens = tokens.mean(1, keepdim=True)  # [B, 1, D]
             features.append(tokens @ self.p_attr)  # [B, S, E]
-        frozen = self._frozen_cls(start) if with_frozen else None
-        return ImageOutput(F.normalize(torch.cat(features, 1), dim=-1), frozen)
+        if frozen_cls is None and with_frozen:
+            frozen_cls = self.frozen_cls(start)
+        return ImageOutput(F.normalize(torch.cat(features, 1), dim=-1), frozen_cls)
 
     def _with_attribute_tokens(self, x: torch.Tensor, i: int, n_other: int) -> torch.Tensor:
         """r^l = β A^l(R) + (1-β) r̃^{l-1}; at the first token layer only β A^J(R)."""
@@ -180,19 +198,20 @@ class Adapted(nn.Module):
 
     @torch.no_grad()
     def first_token_layer(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Input [B, 1+N+K, D] of the first token layer and its mask [H, T, T] (None: all open); for inspection."""
-        x = oc.image_tokens(self.clip, images)
-        for block in self.vision.blocks[: self.start - 1]:
-            x = oc.block_forward(block, x)
+        """Input [B, 1+N+K, D] of the first token layer and its mask [H, T, T] (None: all open); for inspection.
+
+        Methods with image tokens only (the others have no token layer).
+        """
+        x = self.image_prefix(images)
         n_other = x.shape[1]
         masks = self._layer_masks(n_other, x.device)
-        x = self._with_attribute_tokens(x, 0, n_other) if self.method.attribute_tokens else x
-        return x, masks[self.start] if masks else None
+        return self._with_attribute_tokens(x, 0, n_other), masks[self.start] if masks else None
 
     @torch.no_grad()
-    def _frozen_cls(self, start: torch.Tensor) -> torch.Tensor:
-        x = start
-        for block in self.vision.blocks[self.start - 1:]:
+    def frozen_cls(self, prefix: torch.Tensor) -> torch.Tensor:
+        """The untouched model's normalized CLS feature [B, E] from the frozen blocks' output [B, 1+N, D]."""
+        x = prefix
+        for block in self.vision.blocks[self.frozen_depth:]:
             x = oc.block_forward(block, x)
         return F.normalize(oc.image_embedding(self.clip, x[:, 0]), dim=-1)
 

@@ -27,6 +27,7 @@ from dear.params import Recipe, Train
 from dear.progress import track
 from dear.train import checkpoint
 from dear.train.data import Schedule, ShotImages, Shots, loader, train_transform
+from dear.train.views import ViewCache
 
 log = logging.getLogger("dear.train")
 
@@ -98,16 +99,22 @@ def fit(run: Run) -> list[dict]:
     state = checkpoint.load(run.checkpoint, run.params_hash)
     if state is not None:
         rows, start, elapsed = _restore(state, model, loop)
-    dataset = ShotImages(run.shots, loop.schedule, train_transform(p.augmentation, run.image_size, *run.normalization))
+    transform = train_transform(p.augmentation, run.image_size, *run.normalization)
     weights = run.weights
     classnames = run.shots.classnames
     frozen_text = model.frozen_text_features(classnames)  # [C, E], computed once
     began = time.perf_counter() - elapsed
-    batches = loader(dataset, start, p.workers, pin_memory=device.type == "cuda")
+    if p.views:
+        cache = ViewCache(model, run.shots, transform, p.views, run.seed, max(64, recipe.batch_size),
+                          with_frozen=_needs_frozen(model, weights), autocast=_autocast(device, use_bf16))
+        batches = cached_batches(cache, loop.schedule, run.shots, start)
+    else:
+        batches = loader(ShotImages(run.shots, loop.schedule, transform), start, p.workers,
+                         pin_memory=device.type == "cuda")
     for step, (images, labels) in zip(track(range(start, loop.schedule.total_steps), f"train {model.method.name}",
                                             total=loop.schedule.total_steps - start), batches):
         lr = loop.scheduler.get_last_lr()[0]
-        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        images, labels = _to(images, device), labels.to(device, non_blocking=True)
         terms, alpha, correct = loss_of_batch(model, images, labels, classnames, frozen_text, weights, use_bf16)
         if not torch.isfinite(terms.total):
             _stop_on_nan(step, terms, run.checkpoint)
@@ -123,15 +130,47 @@ def fit(run: Run) -> list[dict]:
     return rows
 
 
-def loss_of_batch(model: Adapted, images: torch.Tensor, labels: torch.Tensor, classnames: list[str],
+def cached_batches(cache: ViewCache, schedule: Schedule, shots: Shots, start_step: int):
+    """((prefix, frozen CLS), labels) of every step from `start_step`, from the view bank."""
+    orders: dict[int, list[int]] = {}
+    for items in schedule.batches(start_step):
+        epoch = items[0][0]
+        if epoch not in orders:
+            orders = {epoch: schedule.order(epoch)}
+        rows = [orders[epoch][slot] for _, slot in items]
+        yield cache.batch(epoch, rows), torch.tensor([shots.labels[row] for row in rows])
+
+
+def _to(images, device: torch.device):
+    """Pixels [B, 3, S, S], or a cached (prefix, frozen CLS) pair, on `device`."""
+    if isinstance(images, torch.Tensor):
+        return images.to(device, non_blocking=True)
+    return tuple(None if part is None else part.to(device) for part in images)
+
+
+def _needs_frozen(model: Adapted, weights: Weights) -> bool:
+    """Whether the objective has the image regularizer (the untouched model's CLS feature)."""
+    return model.method.objective != "ce" and weights.reg > 0
+
+
+def _autocast(device: torch.device, use_bf16: bool):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
+
+
+def loss_of_batch(model: Adapted, images, labels: torch.Tensor, classnames: list[str],
                   frozen_text: torch.Tensor, weights: Weights, use_bf16: bool):
     """Forward pass and the method's objective for one batch: (LossTerms, alpha [S+1], correct predictions).
 
-    Correct counts the output the method reports on base classes (the fused logits; CoOp's prompt).
+    `images`: pixels [B, 3, S, S], or (frozen blocks' output [B, 1+N, D], frozen CLS [B, E] or None) from a
+    view bank. Correct counts the output the method reports on base classes (the fused logits; CoOp's prompt).
     """
     kind = model.method.objective
-    with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=use_bf16):
-        out = model.image_forward(images, with_frozen=kind != "ce" and weights.reg > 0)  # [B, S+1, E]
+    with _autocast(labels.device, use_bf16):
+        if isinstance(images, torch.Tensor):
+            out = model.image_forward(images, with_frozen=_needs_frozen(model, weights))  # [B, S+1, E]
+        else:
+            prefix, frozen = images
+            out = model.forward_from_prefix(prefix, _needs_frozen(model, weights), frozen)
         text = model.text_features(classnames)  # [C, E]
         alpha = model.alpha  # [S+1]
         streams = model.logits_from(out.features, text)  # [B, S+1, C]
