@@ -266,7 +266,8 @@ class Profile(Section):
     layers: int = Field(ge=1, description="profile the last this many image layers")
     svd_rank: int = Field(ge=1, description="r: texts are projected onto the top-r right singular vectors")
     texts_per_head: int = Field(ge=1, description="N: texts TextSpan picks per head")
-    text_bank: str = Field(description="'default' (packaged) or a TSV/Parquet of text and concept")
+    text_bank: str = Field(description="'default' (packaged, general photo descriptions), 'world' (the embedded "
+                                       "world's own descriptions) or a TSV/Parquet of text and concept")
     contributions: Literal["embedding", "normalized"] = Field(
         description="embedding: terms sum to the raw embedding (SPEC) | normalized: divided by its norm (TextSpan code)")
     weighting: Literal["uniform", "variance"] = Field(

@@ -34,7 +34,7 @@ JSON_LAYOUT = {
     "eurosat": ("2750", "split_zhou_EuroSAT.json"),
     "ucf101": ("UCF-101-midframes", "split_zhou_UCF101.json"),
 }
-WORLD = ("world_objects", "world_objects_b", "world_objects_sketch", "world_colors",
+WORLD = ("world_objects", "world_objects_b", "world_objects_sketch", "world_objects_rare", "world_colors",
          "world_textures", "world_shapes", "world_positions")
 # domain-shift sets: image dir; ImageNet-A/-R hold a subset of the classes
 IMAGENET_SETS = {

@@ -233,6 +233,23 @@ def caption_vocabulary(world) -> list[str]:
         + list(world.textures) + list(world.colors)
 
 
+def text_bank(world) -> list[tuple[str, str]]:
+    """(text, concept) descriptions in the corpus's own grammar: one concept each, words the embedded model read.
+
+    The packaged bank's general photo descriptions are mostly words the
+    embedded CLIP never saw (their token embeddings are untrained), which
+    TextSpan would pick as noise; `profile.text_bank: world` uses these.
+    """
+    objects, objects_b = object_classes(world)
+    rows = [(f"a photo of a {name}.", "object") for _, name in objects + objects_b + rare_classes(world)]
+    rows += [(f"a photo of a thing on a {value} background.", "color") for value in world.colors]
+    rows += [(f"a photo of a thing on a {value} background.", "texture") for value in world.textures]
+    rows += [(f"a photo of a thing next to a {value}.", "shape") for value in world.shapes]
+    rows += [(f"a photo of a thing at the {value}.", "position") for value in positions(world)]
+    rows += [("a photo of a thing.", "style"), ("a sketch of a thing.", "style")]
+    return rows
+
+
 TWIN_ATTRIBUTES = ("position", "shape", "texture", "color")
 
 

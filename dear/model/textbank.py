@@ -22,6 +22,7 @@ from dear.errors import DearError
 from dear.model import internals
 
 DEFAULT = "default"
+WORLD = "world"  # the embedded world's own descriptions (dear.data.world.text_bank)
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,28 @@ def resolve(spec: str) -> Path:
     return path
 
 
-def load_bank(spec: str, allowed: Sequence[str]) -> TextBank:
-    """Read and check a bank; every concept must be one of `allowed`."""
+def load_bank(spec: str, allowed: Sequence[str], world=None) -> TextBank:
+    """Read and check a bank; every concept must be one of `allowed`.
+
+    spec: "default" (packaged), "world" (the embedded world's descriptions, from `world` params) or a file.
+    """
+    if spec == WORLD:
+        return _world_bank(world, allowed)
     path = resolve(spec)
     data = path.read_bytes()
     rows = _parquet_rows(path) if path.suffix.lower() == ".parquet" else _tsv_rows(path, data)
+    return _checked(rows, allowed, str(path), data)
+
+
+def _world_bank(world, allowed: Sequence[str]) -> TextBank:
+    from dear.data.world import text_bank
+
+    rows = [(f"text {i + 1}", text, concept) for i, (text, concept) in enumerate(text_bank(world))]
+    data = "\n".join(f"{text}\t{concept}" for _, text, concept in rows).encode()
+    return _checked(rows, allowed, "world text bank (dear.data.world.text_bank)", data)
+
+
+def _checked(rows: list[tuple[str, str, str]], allowed: Sequence[str], path: str, data: bytes) -> TextBank:
     allowed_set = set(allowed)
     seen: dict[str, str] = {}
     for where, text, concept in rows:
@@ -64,7 +82,7 @@ def load_bank(spec: str, allowed: Sequence[str]) -> TextBank:
     if not rows:
         raise DearError(f"{path}: the text bank is empty; give at least one text per concept")
     return TextBank(texts=tuple(r[1] for r in rows), concepts=tuple(r[2] for r in rows),
-                    sha256=hashlib.sha256(data).hexdigest(), source=str(path))
+                    sha256=hashlib.sha256(data).hexdigest(), source=path)
 
 
 def _tsv_rows(path: Path, data: bytes) -> list[tuple[str, str, str]]:

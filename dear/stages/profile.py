@@ -122,7 +122,7 @@ class HeadResult:
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     cfg = params.profile
     _check_settings(cfg)
-    bank = load_bank(cfg.text_bank, cfg.concepts.allowed)
+    bank = load_bank(cfg.text_bank, cfg.concepts.allowed, params.world)
     paths = image_paths(inputs.manifest, cfg)
     from dear.model.clip import load_backbone
 
@@ -138,7 +138,9 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     results = explain_heads(stats.covariance.numpy(), texts, bank, cfg, first_layer=depth - cfg.layers + 1)
     ablation = ablation_rows(params, inputs.manifest, backbone, results)
     model_sha = sha256_file(Path(inputs.backbone) / "model.pt")  # the same hash as the backbone card's
-    record = provenance(cfg, {"manifest": inputs.manifest, "backbone": inputs.backbone, "text_bank": bank.source})
+    banks = {"text_bank": bank.source} if Path(bank.source).is_file() else {}
+    record = provenance(cfg, {"manifest": inputs.manifest, "backbone": inputs.backbone, **banks})
+    record["text_bank_sha256"] = bank.sha256
     record["model_sha256"] = model_sha
     _write(outputs, results, cfg, bank, len(paths), model_sha, record, ablation)
     log.info("profiled %d heads of layers %d-%d on %d images: %s", len(results), depth - cfg.layers + 1, depth,
