@@ -279,8 +279,9 @@ def text_context_length(model: nn.Module) -> int:
 
 def text_causal_mask(model: nn.Module, length: int) -> torch.Tensor:
     """Additive causal mask [length, length] (0 on and below the diagonal, -inf above)."""
-    mask = torch.full((length, length), float("-inf"))
-    return mask.triu_(1).to(text_positions(model).dtype)
+    positions = text_positions(model)
+    mask = torch.full((length, length), float("-inf"), device=positions.device)
+    return mask.triu_(1).to(positions.dtype)
 
 
 def text_pool_index(model: nn.Module, text: torch.Tensor) -> torch.Tensor:
