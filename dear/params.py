@@ -369,9 +369,20 @@ def load_params(path: str | Path = DEFAULT_PATH) -> Params:
         raise DearError(_one_line(err, Path(path))) from None
 
 
+def validate(raw: dict, path: str | Path) -> tuple[Params | None, list[str]]:
+    """(params, []) for a valid mapping, else (None, one line per validation problem) - for `dear check`."""
+    try:
+        return Params.model_validate(raw), []
+    except ValidationError as err:
+        return None, [_error_line(problem, Path(path)) for problem in err.errors()]
+
+
 def _one_line(err: ValidationError, path: Path) -> str:
     """The first validation problem, as: file, dotted key, what was expected."""
-    problem = err.errors()[0]
+    return _error_line(err.errors()[0], path)
+
+
+def _error_line(problem: dict, path: Path) -> str:
     key = ".".join(str(part) for part in problem["loc"])
     expected = _expected_type(problem["loc"])
     kind = problem["type"]

@@ -238,10 +238,11 @@ class CompactTokenEmbedding(nn.Module):
 
     def __init__(self, full: nn.Embedding, ids: torch.Tensor):
         super().__init__()
-        self.ids = ids.unique()  # [V] sorted
+        device = full.weight.device
+        self.ids = ids.to(device).unique()  # [V] sorted
         self.weight = nn.Parameter(full.weight.detach()[self.ids].clone())  # [V, D]
-        lookup = torch.full((full.num_embeddings,), -1, dtype=torch.long)
-        lookup[self.ids] = torch.arange(len(self.ids))
+        lookup = torch.full((full.num_embeddings,), -1, dtype=torch.long, device=device)
+        lookup[self.ids] = torch.arange(len(self.ids), device=device)
         self.register_buffer("lookup", lookup, persistent=False)
 
     def forward(self, text: torch.Tensor) -> torch.Tensor:

@@ -28,13 +28,14 @@ from torch import nn
 from dear import device as devices
 from dear.data.manifest import read_manifest, select
 from dear.errors import DearError
-from dear.io import provenance, sha256_file, write_bytes, write_parquet, write_text
+from dear.io import provenance, write_bytes, write_parquet, write_text
 from dear.model import ablation as abl
 from dear.model import concepts as cpt
 from dear.model import internals
 from dear.model.decompose import check_layers, head_statistics
 from dear.model.textbank import TextBank, load_bank
 from dear.model.textspan import Pick, check_rank, text_span
+from dear.model.trained import backbone_sha256
 from dear.params import Params, Profile
 from dear.progress import track
 
@@ -122,8 +123,7 @@ class HeadResult:
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
-    cfg = params.profile
-    _check_settings(cfg)
+    cfg = params.profile  # checked first by `dear.check` (roles thresholds, bank, rank vs picks)
     bank = load_bank(cfg.text_bank, cfg.concepts.allowed)
     paths = image_paths(inputs.manifest, cfg)
     from dear.model.clip import load_backbone
@@ -142,23 +142,12 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         stats = head_statistics(model, batches, cfg.layers, cfg.contributions)
     results = explain_heads(stats.covariance.cpu().numpy(), texts, bank, cfg, first_layer=depth - cfg.layers + 1)
     ablation = ablation_rows(params, inputs.manifest, backbone, results)
-    model_sha = sha256_file(Path(inputs.backbone) / "model.pt")  # the same hash as the backbone card's
+    model_sha = backbone_sha256(backbone, inputs.backbone)  # the weights' hash, checked when they loaded
     record = provenance(cfg, {"manifest": inputs.manifest, "backbone": inputs.backbone, "text_bank": bank.source})
     record["model_sha256"] = model_sha
     _write(outputs, results, cfg, bank, len(paths), model_sha, record, ablation)
     log.info("profiled %d heads of layers %d-%d on %d images: %s", len(results), depth - cfg.layers + 1, depth,
              len(paths), _counts([r.role for r in results]))
-
-
-def _check_settings(cfg: Profile) -> None:
-    limits = cfg.roles
-    if not limits.low < limits.high:
-        raise DearError(f"profile.roles: low ({limits.low}) must be below high ({limits.high})")
-    if limits.mode == "quantile" and limits.high > 1.0:
-        raise DearError(f"profile.roles.high: {limits.high} is not a quantile; use 0..1 or mode: absolute")
-    missing = [c for c in cpt.CORE_CONCEPTS if c not in cfg.concepts.allowed]
-    if missing:
-        raise DearError(f"profile.concepts.allowed: the core attributes {missing} are missing; add them")
 
 
 # --- images ------------------------------------------------------------------------

@@ -109,7 +109,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
             normalization=oc.image_normalization(backbone.model), checkpoint=checkpoint, params_hash=run_hash))
     record = {"backbone_sha256": sha, "roles_sha256": roles_sha, "params_sha256": run_hash,
               "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes, "classnames": shots.classnames}
-    used = {"backbone": Path(inputs.backbone) / "model.pt", "fewshot": inputs.fewshot}
+    used = {"backbone": Path(inputs.backbone) / "card.json", "fewshot": inputs.fewshot}  # the card holds the weights' sha256
     if spec.role_masks:
         used["roles"] = inputs.roles
     made_by = provenance(_sections(params), used, inputs.seed)
