@@ -285,8 +285,7 @@ def fetch_weights(params: Path = ParamsOption) -> None:
     _configure_logging(None)
     try:
         model = load_params(params).model
-        os.environ["HF_HUB_OFFLINE"] = "0"  # before huggingface_hub is imported: it reads this once
-        from dear.model.weights import fetch_configured
+        from dear.model.weights import fetch_configured  # the network goes on for the download only
 
         path, sha = fetch_configured(model)
     except DearError as err:
