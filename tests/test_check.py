@@ -72,7 +72,7 @@ def test_dataset_folders_and_the_profiled_split_size_are_checked(tmp_path):
 def test_all_validation_problems_are_listed(tmp_path):
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["compute"]["device"] = "gpu"
-    raw["train"]["lr"] = "1e-3"
+    raw["backbone"]["lr"] = "1e-3"
     del raw["profile"]["svd_rank"]
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     result = CliRunner().invoke(app, ["check", "--params", str(tmp_path / "params.yaml")])

@@ -23,8 +23,10 @@ from typer.testing import CliRunner
 
 from dear.cli import app
 from dear.io import read_parquet, read_provenance, sha256_file
+from dear.results import OUTPUT
 from dear.stages.profile import ROLES_SCHEMA
 from tests.fake_coop import make_fake_dataset, write_params
+from tests.fake_run import small_recipes
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vitb16")]
 
@@ -83,7 +85,7 @@ def _params(root: Path, weights: Path) -> Path:
     raw["backbone"]["sanity"]["enabled"] = False
     raw["profile"].update(split="train", max_images=4, batch_size=4, text_batch_size=16, layers=4, svd_rank=2,
                           texts_per_head=2, text_bank=str(root / "bank.tsv"))
-    raw["train"].update(epochs=1, batch_size=2, warmup_epochs=0)
+    small_recipes(raw["train"], epochs=1, batch_size=2, warmup_epochs=0)
     raw["study"]["methods"] = ["dear"]
     raw["report"]["methods"] = ["dear"]
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -124,6 +126,8 @@ def test_every_output_loads_with_the_adapted_models_shapes(study):
     fusion = json.loads((study["run"] / "fuse/seed1/fusion.json").read_text())
     assert len(fusion["alpha"]) == 6 and abs(sum(fusion["alpha"]) - 1.0) < 1e-5
     evals = read_parquet(study["run"] / "eval/seed1/eval.parquet").to_pandas()
-    assert set(evals.split) == {"base", "novel"} and evals.total.sum() == 8  # 4 classes x 2 test images
+    output = evals[evals.stream == OUTPUT]
+    assert set(output.split) == {"base", "novel"} and output.total.sum() == 8  # 4 classes x 2 test images
+    assert set(evals.stream) == {OUTPUT, "cls", "color", "shape", "texture", "object", "position"}
     metrics = json.loads((study["run"] / "eval/seed1/metrics.json").read_text())
     assert metrics and "| oxford_pets | dear |" in (study["root"] / "report/results.md").read_text()
