@@ -11,18 +11,15 @@ fails in a second, not after a model has loaded.
 
 Fast on purpose (well under 2 s): nothing here imports torch or open_clip
 (`python -X importtime -c 'import dear.check'`). Architectures are read
-from their config JSON files, CUDA is asked of the driver (`cuda_devices`),
-and open_clip weights are looked up in the record `dear fetch-weights`
-keeps (`dear.model.weights_record`).
+from their config JSON files and CUDA is asked of the driver
+(`dear.probe`); open_clip weights are looked up in the record
+`dear fetch-weights` keeps (`dear.model.weights_record`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Callable
@@ -35,9 +32,7 @@ from dear.model.textbank import load_bank
 from dear.model.textspan import rank_problems
 from dear.model.weights_record import lookup
 from dear.params import Params, read_yaml, validate
-
-RESOURCES = Path(__file__).resolve().parent / "resources"
-
+from dear.probe import arch_config, cuda_devices, torch_cuda_build
 
 def check_file(path: str | Path) -> tuple[Params | None, list[str]]:
     """(params, every problem) of a params file: validation problems first, then all the checks."""
@@ -112,7 +107,8 @@ def split_size(params: Params, dataset: str, split: str) -> int | None:
 def _world_split_size(world, dataset: str, split: str) -> int | None:
     index = world_data.SPLITS.index(split)
     classes = {"world_objects": world.n_objects, "world_objects_sketch": world.n_objects,
-               "world_objects_b": world.n_objects_b, "world_colors": len(world.colors),
+               "world_objects_b": world.n_objects_b, "world_objects_rare": world.n_objects_rare,
+               "world_colors": len(world.colors),
                "world_textures": len(world.textures), "world_shapes": len(world.shapes),
                "world_positions": world.grid * world.grid}
     per_class = {"world_objects_sketch": world.sketch_split}.get(
@@ -127,22 +123,6 @@ def world(params: Params, params_file: str) -> list[str]:
     if params.data.source != "embedded" and params.model.pretrained != "embedded" and not params.backbone.sanity.enabled:
         return []
     return [line.replace("params.yaml", params_file, 1) for line in world_data.problems(params.world, count_emoji=False)]
-
-
-def arch_config(arch: str) -> dict | None:
-    """An architecture's config JSON (embedded, open_clip's own, or a file), read without importing open_clip."""
-    if arch.endswith(".json"):
-        path = Path(arch)
-    elif (RESOURCES / f"{arch}.json").is_file():
-        path = RESOURCES / f"{arch}.json"
-    else:
-        spec = importlib.util.find_spec("open_clip")
-        folder = Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
-        path = folder / "model_configs" / f"{arch}.json" if folder else Path()
-    try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def model(params: Params, params_file: str) -> list[str]:
@@ -205,33 +185,6 @@ def device(params: Params, params_file: str) -> list[str]:
                 f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
                 "run on a GPU node or use auto/cpu"]
     return []
-
-
-def cuda_devices() -> int:
-    """CUDA devices the NVIDIA driver reports (0 without a driver), without importing torch."""
-    if not (Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidiactl").exists()):
-        return 0
-    try:
-        driver = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return 0
-    count = ctypes.c_int(0)
-    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return 0
-    return count.value
-
-
-def torch_cuda_build() -> str | None:
-    """The CUDA version torch was built for, read from torch/version.py without importing torch."""
-    spec = importlib.util.find_spec("torch")
-    if not spec or not spec.submodule_search_locations:
-        return None
-    version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
-    try:
-        match = re.search(r"^cuda\b[^=]*=\s*['\"]([^'\"]+)['\"]", version_file.read_text(), re.MULTILINE)
-    except OSError:
-        return None
-    return match.group(1) if match else None
 
 
 # --- profile, train -------------------------------------------------------------------

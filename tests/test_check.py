@@ -11,7 +11,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dear.check import check_file, cuda_devices
+from dear.check import check_file
+from dear.probe import cuda_devices
 from dear.cli import app
 from tests import tiny_study
 from tests.engines import BIN, engine_env, make_project
@@ -142,3 +143,16 @@ def test_snakemake_checks_the_config_once_before_any_job(tmp_path):
     planned = subprocess.run([str(BIN / "snakemake"), "--cores", "1", "-n"], cwd=project, env=engine_env(),
                              capture_output=True, text=True, timeout=300)
     assert planned.returncode == 0, planned.stderr[-2000:]  # a dry run only plans: no check
+
+
+def test_the_torch_free_probes_agree_with_torch_and_open_clip():
+    import open_clip
+    import torch
+
+    import dear.model.clip  # noqa: F401  (registers the embedded architectures)
+    from dear.probe import arch_config, torch_cuda_build
+
+    assert torch_cuda_build() == torch.version.cuda
+    for arch in ("ViT-B-16", "dear-world", "dear-world-tiny"):
+        assert arch_config(arch) == open_clip.get_model_config(arch), arch
+    assert arch_config("no-such-arch") is None
