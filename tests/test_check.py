@@ -156,3 +156,17 @@ def test_the_torch_free_probes_agree_with_torch_and_open_clip():
     for arch in ("ViT-B-16", "dear-world", "dear-world-tiny"):
         assert arch_config(arch) == open_clip.get_model_config(arch), arch
     assert arch_config("no-such-arch") is None
+
+
+@pytest.mark.skipif(cuda_devices() > 0, reason="a CUDA device is visible here")
+def test_the_stages_device_is_the_cpu_here_and_cuda_is_refused_in_one_line():
+    import torch
+
+    from dear import device as devices
+    from dear.errors import DearError
+    from dear.params import Compute
+
+    assert devices.resolve(Compute(device="auto", precision="bf16", workers=0)) == torch.device("cpu")
+    assert not devices.uses_bf16(torch.device("cpu"), "bf16")  # CPU stays fp32
+    with pytest.raises(DearError, match="compute.device: cuda requested but torch sees no CUDA device"):
+        devices.resolve(Compute(device="cuda", precision="bf16", workers=0))
