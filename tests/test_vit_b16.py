@@ -16,6 +16,7 @@ import json
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -130,4 +131,7 @@ def test_every_output_loads_with_the_adapted_models_shapes(study):
     assert set(output.split) == {"base", "novel"} and output.total.sum() == 8  # 4 classes x 2 test images
     assert set(evals.stream) == {OUTPUT, "cls", "color", "shape", "texture", "object", "position"}
     metrics = json.loads((study["run"] / "eval/seed1/metrics.json").read_text())
-    assert metrics and "| oxford_pets | dear |" in (study["root"] / "report/results.md").read_text()
+    assert set(metrics["base_to_novel"]["oxford_pets"]) == {"base", "novel", "hm"}
+    table = pd.read_csv(study["root"] / "report/results.csv")
+    hm = table[(table.dataset == "oxford_pets") & (table.method == "dear") & (table.metric == "hm")]
+    assert len(hm) == 1 and hm["mean"].iloc[0] == pytest.approx(metrics["base_to_novel"]["oxford_pets"]["hm"], abs=1e-3)
