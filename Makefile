@@ -8,12 +8,13 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
 .PHONY: demo test test-cluster bench install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	# torch and torchvision in one command: pip takes the matching pair from this machine's disk
-	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -e '.[test]'
+	# torch and torchvision first, in one command, at the tested versions (constraints.txt):
+	# pip takes the matching pair from this machine's disk
+	$(PY) -m pip install -q -c constraints.txt torch torchvision
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -18,6 +18,13 @@ rule all:
         "report/results.md",
 
 
+# Every problem of the config in use (data folders, weights, device, SVD rank...) at once, before the
+# first job; not in dry runs, and Slurm jobs (run with --no-hooks) never repeat it.
+onstart:
+    from dear.check import exit_on_problems
+    exit_on_problems(config, workflow.configfiles[-1] if workflow.configfiles else "params.yaml")
+
+
 # A failed run ends with the jobs that failed for good and the logs to read.
 onerror:
     shell("python3 workflow/scripts/summarize_failures.py {log:q}")

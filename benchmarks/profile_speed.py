@@ -8,6 +8,7 @@ takes no memory either. Time is the best of `--repeats` alternating rounds.
 
     python benchmarks/profile_speed.py                      # embedded arch (dear-world), random weights
     python benchmarks/profile_speed.py --arch ViT-B-16 --images 64 --batch 16
+    python benchmarks/profile_speed.py --arch ViT-B-16 --device cuda --images 2048 --batch 128 --texts   # gpu.sh
 """
 
 from __future__ import annotations
@@ -79,6 +80,37 @@ def profile_pass(model, args, size) -> float:
     return time.perf_counter() - start
 
 
+@torch.no_grad()
+def text_passes(model, arch: str, repeats: int, batch: int = 256) -> dict:
+    """Embedding the packaged text bank: dear's (trimmed padding, on the model's device) vs plain encode_text."""
+    import open_clip
+
+    from dear.model.textbank import load_bank
+    from dear.stages.profile import embed_texts
+
+    texts = list(load_bank("default", ["color", "shape", "texture", "object", "position", "scene", "count", "style",
+                                       "material", "action", "lighting", "weather", "size"]).texts)
+    tokenizer = open_clip.get_tokenizer(arch)
+
+    def plain() -> None:
+        for start in range(0, len(texts), batch):
+            model.encode_text(tokenizer(texts[start:start + batch]).to(DEVICE))
+        _done()
+
+    def dear() -> None:
+        embed_texts(model, tokenizer, texts, batch)
+        _done()
+
+    times = {"plain": [], "dear": []}
+    plain()  # warm-up
+    for _ in range(repeats):
+        for name, function in (("plain", plain), ("dear", dear)):
+            start = time.perf_counter()
+            function()
+            times[name].append(time.perf_counter() - start)
+    return {"texts": len(texts), **{name: min(values) for name, values in times.items()}}
+
+
 def memory_child(args) -> None:
     """Run the profile pass only and print peak RSS (MiB)."""
     model, size = make_model(args.arch)
@@ -102,6 +134,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--texts", action="store_true", help="also time embedding the packaged text bank")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     global DEVICE
@@ -124,6 +157,11 @@ def main() -> None:
     print(f"profile pass       : {args.images / min(profile):8.1f} images/s")
     print(f"ratio profile/plain: {ratio:8.2f}x  (target <= 1.5x)")
     print(f"ratio profile/recomposed forward: {min(profile) / min(recomposed):8.2f}x")
+    if args.texts:
+        texts = text_passes(model, args.arch, args.repeats)
+        print(f"text bank ({texts['texts']} texts): plain encode_text {texts['texts'] / texts['plain']:8.1f} texts/s, "
+              f"dear's embed_texts {texts['texts'] / texts['dear']:8.1f} texts/s, "
+              f"ratio dear/plain {texts['dear'] / texts['plain']:.2f}x")
     if args.device == "cuda":
         print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
         return

@@ -77,7 +77,8 @@ def evaluation_ratio(args) -> dict:
             model.encode_image(pixels)
 
     median = interleave({"plain": plain, "evaluate": lambda: evaluation.encode_images(
-        adapted, images, transform, args.batch, 0, "bench")}, args.repeats)
+        adapted, images, transform, args.batch, params.compute.model_copy(update={"workers": 0}), "bench")},
+        args.repeats)
     return {"ratio": median["plain"] / median["evaluate"], "images_per_s": args.images / median["evaluate"]}
 
 

@@ -54,7 +54,7 @@ class Bench:
         self.loop = make_loop(self.model, params.train, schedule, torch.device(device))
         self.weights = Weights(params.train.lambda_img, params.train.lambda_txt, params.train.lambda_fus)
         self.frozen_text = self.model.frozen_text_features(self.names)
-        self.use_bf16 = device == "cuda" and params.train.precision == "bf16"
+        self.use_bf16 = device == "cuda" and params.compute.precision == "bf16"
         self.device = device
 
     def step(self) -> float:

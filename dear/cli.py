@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
+from dear.check import check_file, stage_problems
 from dear.errors import DearError
 from dear.params import DEFAULT_PATH, load_params
 
@@ -52,8 +54,10 @@ def _run_stage(name: str, params: Path, log: Optional[Path], inputs: dict, outpu
     exit code 1.
     """
     _configure_logging(log)
+    os.environ["HF_HUB_OFFLINE"] = "1"  # stages never try the network (`dear fetch-weights` does, on purpose)
     try:
         loaded = load_params(params)
+        stage_problems(loaded, name, str(params))  # every problem of this stage's params, before torch loads
         runs = seed_runs(inputs, outputs, seeds, loaded.data.seeds)
         stage = importlib.import_module(f"dear.stages.{name}")
         for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
@@ -63,11 +67,18 @@ def _run_stage(name: str, params: Path, log: Optional[Path], inputs: dict, outpu
     except DearError as err:
         if _state["debug"]:
             raise
-        typer.echo(f"error: {err}", err=True)
-        if log is not None:
-            with open(log, "a") as handle:
-                handle.write(f"error: {err}\n")
+        _print_errors(err, log)
         raise typer.Exit(code=1)
+
+
+def _print_errors(err: DearError, log: Optional[Path] = None) -> None:
+    """One `error:` line per problem on stderr (and in the log)."""
+    lines = [f"error: {line}" for line in getattr(err, "lines", [str(err)])]
+    for line in lines:
+        typer.echo(line, err=True)
+    if log is not None:
+        with open(log, "a") as handle:
+            handle.write("".join(f"{line}\n" for line in lines))
 
 
 def seed_runs(inputs: dict, outputs: dict, seeds: Optional[List[int]], default: list[int]) -> list[tuple]:
@@ -246,6 +257,46 @@ def evaluate(
     _run_stage("evaluate", params, log, inputs=dict(model=model, fusion=fusion, backbone=backbone, roles=roles,
                                                     source=source, classes=_classes(classes), data=data),
                outputs=dict(folder=out), seeds=seed)
+
+
+@app.command()
+def check(params: Path = ParamsOption) -> None:
+    """List every problem of a params file (values, data folders, weights, device, SVD rank...) before any job runs."""
+    try:
+        _, found = check_file(params)
+    except DearError as err:
+        _print_errors(err)
+        raise typer.Exit(code=1)
+    if found:
+        for line in found:
+            typer.echo(f"error: {line}", err=True)
+        typer.echo(f"{params}: {len(found)} problem(s)", err=True)
+        raise typer.Exit(code=1)
+    typer.echo(f"{params}: no problems found")
+
+
+@app.command("fetch-weights")
+def fetch_weights(params: Path = ParamsOption) -> None:
+    """Download the configured open_clip weights (model.arch + model.pretrained) into model.cache_dir.
+
+    The one command that uses the network: run it where there is some (a cluster's login node);
+    stages on compute nodes then read the cache offline.
+    """
+    _configure_logging(None)
+    try:
+        model = load_params(params).model
+        from dear.model.weights import fetch_configured  # the network goes on for the download only
+
+        path, sha = fetch_configured(model)
+    except DearError as err:
+        if _state["debug"]:
+            raise
+        _print_errors(err)
+        raise typer.Exit(code=1)
+    if path is None:
+        typer.echo(f"model.pretrained is {model.pretrained!r}: nothing to fetch")
+        return
+    typer.echo(f"{model.arch} '{model.pretrained}': {path} ({path.stat().st_size / 2**20:.0f} MiB, sha256 {sha[:12]}...)")
 
 
 def _classes(value: str) -> str:

@@ -11,3 +11,11 @@ class DearError(Exception):
 
     def __init__(self, message: str):
         super().__init__(" ".join(str(message).split()))
+
+
+class Problems(DearError):
+    """Several problems found at once (`dear check`); the CLI prints one `error:` line each."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("; ".join(lines))
+        self.lines = [" ".join(str(line).split()) for line in lines]

@@ -15,10 +15,12 @@ import pyarrow as pa
 import torch
 from PIL import Image
 
+from dear import device as devices
 from dear.data.manifest import classnames as manifest_classnames
 from dear.data.manifest import select
 from dear.errors import DearError
 from dear.model import internals as oc
+from dear.params import Compute
 from dear.progress import track
 from dear.train.data import test_transform
 
@@ -68,22 +70,17 @@ def eval_transform(adapted, augmentation):
 
 
 @torch.no_grad()
-def encode_images(adapted, images: ImageSet, transform, batch_size: int, workers: int,
+def encode_images(adapted, images: ImageSet, transform, batch_size: int, compute: Compute,
                   description: str) -> torch.Tensor:
-    """Per-stream image features [N, S+1, E] (CPU, float32), streamed in batches."""
+    """Per-stream image features [N, S+1, E] (CPU, float32), streamed in batches on the model's device."""
     device = adapted.device
     loader = torch.utils.data.DataLoader(_Images(images.paths, transform), batch_size=batch_size,
-                                         num_workers=workers, pin_memory=device.type == "cuda")
+                                         num_workers=compute.workers, pin_memory=device.type == "cuda")
     chunks = []
     for pixels in track(loader, description, total=len(loader)):
-        with autocast(device):
+        with devices.autocast(device, compute.precision):
             chunks.append(adapted.image_features(pixels.to(device, non_blocking=True)).float().cpu())
     return torch.cat(chunks)
-
-
-def autocast(device: torch.device):
-    """bf16 autocast on CUDA, nothing on CPU (where results must be bit-reproducible)."""
-    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
 
 
 @torch.no_grad()

@@ -95,6 +95,12 @@ class Model(Section):
 
 # --- backbone: contrastive pretraining of the embedded model ---------------------
 
+class BackboneSanity(Section):
+    enabled: bool = Field(description="score the backbone zero-shot on every world test set (needs `dear world`)")
+    max_images_per_set: int | None = Field(
+        ge=1, description="a seeded sample of at most this many test images per set; null = all of them")
+
+
 class Backbone(Section):
     seed: int = Field(description="seed of the initial weights")
     steps: int = Field(ge=1, description="optimizer steps (fixed count: results never depend on machine speed)")
@@ -103,11 +109,24 @@ class Backbone(Section):
     weight_decay: float = Field(ge=0.0, description="AdamW weight decay")
     warmup_fraction: float = Field(ge=0.0, lt=1.0, description="linear warm-up share of the steps, then cosine")
     init_temperature: float = Field(gt=0.0, description="initial softmax temperature tau = 1/exp(logit_scale) (CLIP: 0.07)")
-    precision: Literal["fp32", "bf16"] = Field(description="autocast precision of training on CPU")
+    precision: Literal["fp32", "bf16"] = Field(
+        description="autocast precision of pretraining on CPU (on CUDA: compute.precision)")
     threads: int = Field(ge=1, description="torch CPU threads (results are bitwise reproducible per thread count)")
     eval_batch_size: int = Field(ge=1, description="batch size of the zero-shot sanity evaluation")
+    sanity: BackboneSanity
     twin_fraction: float = Field(ge=0.0, le=1.0, description="share of each batch made of twin scenes differing in one attribute")
     twin_weights: dict[str, float] = Field(description="how often twins differ in position, shape, texture, color")
+
+
+# --- compute: where every model stage runs -------------------------------------------
+
+class Compute(Section):
+    """One device setting for backbone, profile, train, fuse and evaluate."""
+
+    device: Literal["auto", "cpu", "cuda"] = Field(description="auto = cuda when a CUDA device is visible, else cpu")
+    precision: Literal["bf16", "fp32"] = Field(
+        description="bf16 autocast on CUDA where the stage allows it (not profile); CPU runs fp32")
+    workers: int = Field(ge=0, description="image loading processes (0 = in the stage's own process)")
 
 
 # --- dear / train / fusion: the adapted model, its training and its fusion ------
@@ -190,9 +209,6 @@ class Train(Section):
                           "per image, the frozen blocks of each computed once (epoch e uses view e mod V; ours)")
     recipes: Recipes
     checkpoint_every: int = Field(ge=1, description="steps between resumable checkpoints")
-    device: Literal["auto", "cpu", "cuda"] = Field(description="auto = cuda when available")
-    precision: Literal["bf16", "fp32"] = Field(description="bf16 autocast on CUDA; CPU always runs fp32")
-    workers: int = Field(ge=0, description="image loading processes (0 = in the training process)")
 
     def recipe(self, method: str) -> Recipe:
         """The recipe a method trains with: CoOp's for coop, MMRL's for the token methods."""
@@ -315,6 +331,7 @@ class Params(Section):
     data: Data
     world: World
     model: Model
+    compute: Compute
     backbone: Backbone
     dear: Dear
     mmrl: Mmrl
@@ -353,9 +370,20 @@ def load_params(path: str | Path = DEFAULT_PATH) -> Params:
         raise DearError(_one_line(err, Path(path))) from None
 
 
+def validate(raw: dict, path: str | Path) -> tuple[Params | None, list[str]]:
+    """(params, []) for a valid mapping, else (None, one line per validation problem) - for `dear check`."""
+    try:
+        return Params.model_validate(raw), []
+    except ValidationError as err:
+        return None, [_error_line(problem, Path(path)) for problem in err.errors()]
+
+
 def _one_line(err: ValidationError, path: Path) -> str:
     """The first validation problem, as: file, dotted key, what was expected."""
-    problem = err.errors()[0]
+    return _error_line(err.errors()[0], path)
+
+
+def _error_line(problem: dict, path: Path) -> str:
     key = ".".join(str(part) for part in problem["loc"])
     expected = _expected_type(problem["loc"])
     kind = problem["type"]

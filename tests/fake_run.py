@@ -75,7 +75,8 @@ def params_file(path: Path, recipe: dict | None = None, **sections) -> Path:
     raw["dear"].update(d_r=16)
     raw["mmrl"].update(d_r=16)
     small_recipes(raw["train"], epochs=2, batch_size=4, warmup_epochs=1)
-    raw["train"].update(checkpoint_every=2, workers=0, device="cpu")
+    raw["train"].update(checkpoint_every=2)
+    raw["compute"].update(device="cpu", workers=0)
     small_recipes(raw["train"], **(recipe or {}))
     for section, values in sections.items():
         raw[section].update(values)

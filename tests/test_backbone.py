@@ -15,6 +15,7 @@ from dear.data import world as world_data
 from dear.errors import DearError
 from dear.model import clip
 from dear.model.pretrain import pretrain
+from dear.model.sanity import world_zero_shot
 from dear.params import load_params
 from dear.stages import backbone as backbone_stage
 from dear.stages import world as world_stage
@@ -50,8 +51,8 @@ def test_tiny_training_beats_random_init(params, built):
     torch.manual_seed(params.backbone.seed)
     random_model = clip.create_model("dear-world-tiny", None).eval()
     world_card = json.loads((world / "card.json").read_text())
-    before = backbone_stage.sanity_metrics(random_model, clip.tokenizer("dear-world-tiny"),
-                                           clip.eval_transform(random_model), world, world_card, 256)
+    before = world_zero_shot(random_model, clip.tokenizer("dear-world-tiny"), clip.eval_transform(random_model),
+                             world, world_card, 256)
     after = card["sanity"]
     assert after["world_objects"]["top1"] >= before["world_objects"]["top1"] + 0.15
     assert after["world_objects"]["top1"] >= 2 * after["world_objects"]["chance"]
@@ -128,9 +129,39 @@ def test_wrong_architecture_fails_in_one_line(built, tmp_path):
     assert not out.exists()
 
 
-def test_unknown_tag_and_offline_download_fail_in_one_line(tmp_path, monkeypatch):
+def test_a_weights_file_is_used_in_place_and_checked_by_every_later_load(built, tmp_path):
+    """Real weights are hashed where they lie: the card names the file, no model.pt is written, a changed file is refused."""
+    _, _, folder = built
+    weights = tmp_path / "weights" / "tiny.pt"
+    weights.parent.mkdir()
+    weights.write_bytes((folder / "model.pt").read_bytes())
+    params_file, world, _ = built
+    raw = yaml.safe_load(params_file.read_text())
+    raw["model"]["pretrained"] = str(weights)
+    raw["backbone"]["sanity"]["enabled"] = False
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    out = tmp_path / "backbone"
+    result = CliRunner().invoke(app, ["backbone", "--params", str(tmp_path / "params.yaml"),
+                                      "--world", str(tmp_path / "no-world"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    card = json.loads((out / "card.json").read_text())
+    assert card["weights"] == {"path": str(weights), "sha256": card["sha256"], "copied_here": False}
+    assert card["sha256"] == json.loads((folder / "card.json").read_text())["sha256"] and card["sanity"] is None
+    assert sorted(p.name for p in out.iterdir()) == ["card.json"]
+    loaded = clip.load_backbone(out)
+    assert all(torch.equal(v, loaded.model.state_dict()[k]) for k, v in clip.load_backbone(folder).model.state_dict().items())
+    with open(weights, "r+b") as handle:  # one byte changed behind the pipeline's back
+        handle.seek(-1, 2)
+        last = handle.read(1)
+        handle.seek(-1, 2)
+        handle.write(bytes([last[0] ^ 1]))
+    with pytest.raises(DearError, match=r"tiny.pt: sha256 differs from the one .*card.json recorded"):
+        clip.load_backbone(out)
+    weights.unlink()
+    with pytest.raises(DearError, match=r"tiny.pt: the backbone's weights file is missing"):
+        clip.load_backbone(out)
+
+
+def test_unknown_tag_fails_in_one_line():
     with pytest.raises(DearError, match="has no weights 'nonsense'"):
         clip.create_model("dear-world-tiny", "nonsense")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(DearError, match="could not be downloaded.*local weights file"):
-        clip.create_model("RN50", "openai", cache_dir=str(tmp_path))

@@ -57,11 +57,12 @@ def world(tmp_path_factory) -> Path:
     return root
 
 
-def write_params(root: Path, name: str, **profile) -> Path:
+def write_params(root: Path, name: str, compute: dict | None = None, **profile) -> Path:
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["profile"].update(dict(dataset=raw["data"]["datasets"][0], split="train", max_images=N_IMAGES, batch_size=10, layers=2,
                                svd_rank=8, texts_per_head=4, text_bank=str(root / "bank.tsv")))
     raw["profile"].update(profile)
+    raw["compute"].update(compute or {"device": "cpu"})
     path = root / name
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -102,6 +103,22 @@ def test_profile_is_deterministic(world):
     assert profile(world, "again_b").exit_code == 0
     for name in ("roles.parquet", "head_concepts.parquet", "head_texts.parquet", "roles.md"):
         assert (world / "again_a" / name).read_bytes() == (world / "again_b" / name).read_bytes(), name
+
+
+@pytest.mark.gpu
+def test_gpu_roles_match_cpu_roles(world):
+    """The same heads, roles, concepts and picked texts on CUDA (fp32, TF32 off) as on the CPU."""
+    write_params(world, "cuda.yaml", compute={"device": "cuda", "workers": 2})
+    assert profile(world, "roles_cpu").exit_code == 0
+    result = profile(world, "roles_cuda", params="cuda.yaml")
+    assert result.exit_code == 0, result.output
+    cpu, cuda = (read_parquet(world / out / "roles.parquet", ROLES_SCHEMA).to_pandas() for out in ("roles_cpu", "roles_cuda"))
+    key = ["layer", "head", "role", "concept", "mask_role"]
+    assert cpu[key].equals(cuda[key])
+    assert np.allclose(cpu.entropy_bits, cuda.entropy_bits, atol=1e-6)
+    texts = [read_parquet(world / out / "head_texts.parquet", HEAD_TEXTS_SCHEMA).to_pandas() for out in ("roles_cpu", "roles_cuda")]
+    assert texts[0][["layer", "head", "rank", "text"]].equals(texts[1][["layer", "head", "rank", "text"]])
+    assert np.allclose(texts[0].variance_explained, texts[1].variance_explained, rtol=1e-4, atol=1e-7)
 
 
 def assert_clean_failure(result, out: Path, phrase: str) -> None:
@@ -156,5 +173,6 @@ def test_unreadable_image_fails_cleanly(world, tmp_path):
     broken.write_bytes(b"not a png")
     rows[0]["path"] = str(broken)
     write_parquet(world / "broken_manifest.parquet", pa.Table.from_pylist(rows, MANIFEST_SCHEMA), MANIFEST_SCHEMA)
-    assert_clean_failure(profile(world, "bad_out", manifest="broken_manifest.parquet"), world / "bad_out",
-                         "broken.png: not a readable image")
+    write_params(world, "two_workers.yaml", compute={"device": "cpu", "workers": 2})  # the error comes from a worker
+    assert_clean_failure(profile(world, "bad_out", params="two_workers.yaml", manifest="broken_manifest.parquet"),
+                         world / "bad_out", "broken.png: not a readable image")

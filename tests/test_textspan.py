@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dear.errors import DearError
-from dear.model.textspan import check_rank, covariance, text_span
+from dear.model.textspan import check_rank, covariance, rank_problems, text_span
 
 
 def _unit_rows(rng, k, e):
@@ -62,8 +62,16 @@ def test_texts_outside_the_top_rank_span_are_not_picked():
 def test_rank_larger_than_images_allow_is_a_clean_error():
     with pytest.raises(DearError, match="svd_rank: rank 80 needs at least 81 images"):
         check_rank(rank=80, picks=20, n_images=50, dim=512, n_texts=1000)
-    with pytest.raises(DearError, match="embedding dim >= 80"):
+    with pytest.raises(DearError, match="rank 80 exceeds the embedding dim 64"):
         check_rank(rank=80, picks=20, n_images=500, dim=64, n_texts=1000)
-    with pytest.raises(DearError, match="texts_per_head"):
+    with pytest.raises(DearError, match="texts_per_head: 20 picks need svd_rank >= 20"):
         check_rank(rank=10, picks=20, n_images=500, dim=64, n_texts=1000)
+    with pytest.raises(DearError, match="texts_per_head: 20 picks need a bank of >= 20 texts, got 5"):
+        check_rank(rank=30, picks=20, n_images=500, dim=64, n_texts=5)
     check_rank(rank=80, picks=20, n_images=81, dim=512, n_texts=1000)
+
+
+def test_every_rank_problem_is_listed():
+    found = rank_problems(rank=80, picks=90, n_images=50, dim=64, n_texts=10, images_from="50 images")
+    assert [line.split(":")[0] for line in found] == ["profile.svd_rank"] * 2 + ["profile.texts_per_head"] * 2
+    assert rank_problems(rank=80, picks=20, n_images=81, dim=None, n_texts=None, images_from="81 images") == []

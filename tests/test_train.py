@@ -142,7 +142,7 @@ def test_nan_loss_stops_with_the_step_keeps_the_checkpoint_and_resume_is_exact(w
 def test_loader_workers_do_not_change_the_result(world, reference, tmp_path):
     from dear.model.trained import read_trained
 
-    params = fake_run.params_file(tmp_path / "params.yaml", train={"workers": 2})
+    params = fake_run.params_file(tmp_path / "params.yaml", compute={"workers": 2})
     state = read_trained(train(world, tmp_path / "run", params=params) / "model.pt")["state"]
     expected = read_trained(reference / "model.pt")["state"]
     assert state.keys() == expected.keys() and all(torch.equal(state[k], expected[k]) for k in state)
@@ -276,7 +276,7 @@ def test_template_without_a_slot_is_refused(world, tmp_path):
 
 @pytest.mark.gpu
 def test_cuda_bf16_training_runs(world, tmp_path):
-    params = fake_run.params_file(tmp_path / "params.yaml", train={"device": "cuda", "precision": "bf16"})
+    params = fake_run.params_file(tmp_path / "params.yaml", compute={"device": "cuda", "precision": "bf16"})
     out = train(world, tmp_path / "run", params=params)
     log = pq.read_table(out / "train_log.parquet").to_pylist()
     assert len(log) == N_STEPS and all(row["loss"] == row["loss"] for row in log)

@@ -31,7 +31,8 @@ def params() -> dict:
     raw["dear"].update(d_r=16)
     raw["mmrl"].update(d_r=16)
     small_recipes(raw["train"], epochs=1, batch_size=4, warmup_epochs=0)
-    raw["train"].update(checkpoint_every=2, workers=0, device="cpu")
+    raw["train"].update(checkpoint_every=2)
+    raw["compute"].update(device="cpu", workers=0)
     raw["evaluate"]["batch_size"] = 64
     return raw
 

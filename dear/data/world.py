@@ -61,21 +61,31 @@ def positions(world) -> tuple[str, ...]:
 
 def check(world) -> None:
     """Fail early, in one line, on a world that cannot be drawn."""
+    found = problems(world)
+    if found:
+        raise DearError(found[0])
+
+
+def problems(world, count_emoji: bool = True) -> list[str]:
+    """Every reason the world cannot be drawn, one line each (`count_emoji`: also the ~1 s emoji catalog count)."""
+    found = []
     if world.grid not in POSITION_NAMES:
-        raise DearError(f"params.yaml: key 'world.grid' must be one of {sorted(POSITION_NAMES)}, got {world.grid}")
+        found.append(f"params.yaml: key 'world.grid' must be one of {sorted(POSITION_NAMES)}, got {world.grid}")
     for key, allowed, given in (("colors", COLORS, world.colors), ("textures", TEXTURES, world.textures),
                                 ("shapes", SHAPES, world.shapes)):
         unknown = sorted(set(given) - set(allowed))
         if unknown or len(set(given)) != len(given) or len(given) < 2:
-            raise DearError(f"params.yaml: key 'world.{key}' must list >= 2 distinct values of "
-                            f"{list(allowed)}; got {given}")
+            found.append(f"params.yaml: key 'world.{key}' must list >= 2 distinct values of "
+                         f"{list(allowed)}; got {given}")
     needed = world.n_objects + world.n_objects_b + world.n_objects_rare
-    if needed > len(catalog()):
-        raise DearError(f"params.yaml: world.n_objects + world.n_objects_b + world.n_objects_rare = {needed} exceeds "
-                        f"the {len(catalog())} usable emoji; lower them")
-    if world.emoji_px_max > world.image_size // world.grid or world.shape_px_max > world.image_size // world.grid:
-        raise DearError("params.yaml: world.emoji_px_max and world.shape_px_max must fit in one grid cell "
-                        f"({world.image_size // world.grid} px); lower them")
+    if count_emoji and needed > len(catalog()):
+        found.append(f"params.yaml: world.n_objects + world.n_objects_b + world.n_objects_rare = {needed} exceeds "
+                     f"the {len(catalog())} usable emoji; lower them")
+    cell = world.image_size // world.grid if world.grid in POSITION_NAMES else None
+    if cell is not None and (world.emoji_px_max > cell or world.shape_px_max > cell):
+        found.append("params.yaml: world.emoji_px_max and world.shape_px_max must fit in one grid cell "
+                     f"({cell} px); lower them")
+    return found
 
 
 def object_classes(world) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
@@ -332,7 +342,8 @@ def tiny_params() -> dict[str, dict]:
         "backbone": {
             "seed": 0, "steps": 300, "batch_size": 32, "lr": 2.0e-3, "weight_decay": 0.1, "warmup_fraction": 0.05,
             "init_temperature": 0.07,
-            "precision": "fp32", "threads": 1, "eval_batch_size": 256, "twin_fraction": 0.0,
+            "precision": "fp32", "threads": 1, "eval_batch_size": 256,
+            "sanity": {"enabled": True, "max_images_per_set": None}, "twin_fraction": 0.0,
             "twin_weights": {"position": 0.35, "shape": 0.35, "texture": 0.2, "color": 0.1},
         },
     }

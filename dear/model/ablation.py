@@ -48,7 +48,7 @@ class Family:
 
 
 def family(model, tokenizer, concept: str, classnames: list[str], template: str, labels: torch.Tensor) -> Family:
-    return Family(concept, class_text_features(model, tokenizer, classnames, [template]), labels)
+    return Family(concept, class_text_features(model, tokenizer, classnames, [template]).cpu(), labels)
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ def decomposed(model, batches, layers: int) -> tuple[torch.Tensor, torch.Tensor,
     heads, embeddings, first = [], [], 1
     for images in batches:
         parts = decompose(model, images, layers)
-        heads.append(parts.heads.float())
-        embeddings.append(parts.embedding.float())
+        heads.append(parts.heads.float().cpu())  # the sets are compared on the CPU, whatever ran the model
+        embeddings.append(parts.embedding.float().cpu())
         first = parts.first_layer
     return torch.cat(heads), torch.cat(embeddings), first
 

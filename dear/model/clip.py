@@ -4,8 +4,9 @@ The embedded architectures (`dear-world`, `dear-world-tiny`) are JSON configs
 shipped in `dear/resources/`, registered with `open_clip.add_model_config`
 when this module is imported, so `open_clip.create_model("dear-world")`
 works like any of open_clip's own names. Real weights (`openai`,
-`laion2b_...`) go through open_clip's download cache; a local file works
-offline. Every failure a user can cause is a one-line `DearError`.
+`laion2b_...`) are read from open_clip's download cache, a local file where
+it lies (`dear.model.weights`); nothing here downloads. Every failure a user
+can cause is a one-line `DearError`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import torch
 from open_clip.factory import load_state_dict
 
 from dear.errors import DearError
+from dear.io import sha256_file
+from dear.model import weights
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 EMBEDDED_ARCHS = ("dear-world", "dear-world-tiny")
@@ -76,16 +79,18 @@ def create_model(arch: str, pretrained: str | None, cache_dir: str | None = None
     """A CLIP of architecture `arch`: random (None / 'embedded'), a local weights file, or an open_clip tag.
 
     `quick_gelu` forces QuickGELU for random/file weights (a file of OpenAI weights needs it);
-    for a tag the tag's own setting is used.
+    for a tag the tag's own setting is used. A tag's file must already be in the cache
+    (`dear fetch-weights`): nothing here downloads.
     """
     arch = resolve_arch(arch)
     if pretrained in (None, "", EMBEDDED):
         return _random(arch, quick_gelu)
-    if is_weights_path(pretrained):
-        model = _random(arch, quick_gelu)
-        load_weights(model, pretrained, arch)
-        return model
-    return _from_tag(arch, pretrained, cache_dir)
+    if not weights.is_weights_path(pretrained):
+        quick_gelu = tag_quick_gelu(arch, pretrained)
+    path = weights.resolve(arch, pretrained, cache_dir)
+    model = _random(arch, quick_gelu)
+    load_weights(model, path, arch)
+    return model
 
 
 def _random(arch: str, quick_gelu: bool = False) -> torch.nn.Module:
@@ -94,27 +99,9 @@ def _random(arch: str, quick_gelu: bool = False) -> torch.nn.Module:
         return open_clip.create_model(arch, pretrained=None, force_quick_gelu=quick_gelu)
 
 
-def is_weights_path(pretrained: str) -> bool:
-    return Path(pretrained).exists() or "/" in pretrained or pretrained.endswith((".pt", ".pth", ".bin", ".safetensors"))
-
-
-def _from_tag(arch: str, tag: str, cache_dir: str | None) -> torch.nn.Module:
-    tags = open_clip.list_pretrained_tags_by_model(arch)
-    if tag not in tags:
-        raise DearError(f"model.pretrained: open_clip has no weights '{tag}' for {arch} (known: {tags}); "
-                        "fix the tag or pass a local weights file")
-    quick_gelu = tag_quick_gelu(arch, tag)
-    try:
-        with _quiet():
-            return open_clip.create_model(arch, pretrained=tag, force_quick_gelu=quick_gelu, cache_dir=cache_dir)
-    except Exception as err:  # download/cache failures come in many types (OSError, HF hub errors, RuntimeError)
-        raise DearError(f"model.pretrained: weights '{tag}' for {arch} could not be downloaded "
-                        f"({type(err).__name__}); connect to the network once, or pass a local weights file path") from err
-
-
 def tag_quick_gelu(arch: str, tag: str) -> bool:
     """Whether open_clip's weights `tag` were trained with QuickGELU (OpenAI's were: open_clip issue 771)."""
-    return bool(open_clip.get_pretrained_cfg(arch, tag).get("quick_gelu", False))
+    return bool(weights.tag_config(arch, tag).get("quick_gelu", False))
 
 
 def load_weights(model: torch.nn.Module, path: str | Path, arch: str) -> None:
@@ -129,11 +116,23 @@ def load_weights(model: torch.nn.Module, path: str | Path, arch: str) -> None:
                         f"or open_clip checkpoint of {arch}") from err
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise DearError(f"{path}: does not hold a state dict of tensors; expected the weights of {arch}")
+    state = _as_model_keys(model, state)
     problem = _mismatch(model.state_dict(), state)
     if problem:
         raise DearError(f"{path}: weights do not fit architecture {arch} ({problem}); pass weights made for {arch} "
                         "or set model.arch to their architecture")
     model.load_state_dict(state, strict=True)
+
+
+def _as_model_keys(model: torch.nn.Module, state: dict) -> dict:
+    """The small differences open_clip's own loader smooths over (open_clip.factory.load_checkpoint)."""
+    state = dict(state)
+    scale = state.get("logit_scale")
+    if scale is not None and scale.ndim != model.logit_scale.ndim:
+        state["logit_scale"] = scale.reshape(model.logit_scale.shape)
+    if "text.transformer.embeddings.position_ids" not in model.state_dict():
+        state.pop("text.transformer.embeddings.position_ids", None)
+    return state
 
 
 def _mismatch(expected: dict, given: dict) -> str:
@@ -168,7 +167,12 @@ def normalizer(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def load_backbone(folder: str | Path) -> Backbone:
-    """The backbone a `dear backbone` run left in `folder` (model.pt + card.json)."""
+    """The backbone a `dear backbone` run recorded in `folder`: its card, and the weights file the card names.
+
+    The weights are `folder/model.pt` (trained here) or the file the card
+    records (real weights, used in place); their sha256 must still be the
+    card's, so a file changed behind the pipeline's back is refused.
+    """
     folder = Path(folder)
     card_path = folder / "card.json"
     if not card_path.is_file():
@@ -180,10 +184,25 @@ def load_backbone(folder: str | Path) -> Backbone:
         raise DearError(f"{card_path}: not a backbone card ({type(err).__name__}); rerun `dear backbone`") from err
     if arch not in EMBEDDED_ARCHS and "model_config" in card and open_clip.get_model_config(arch) is None:
         _register(arch, card["model_config"])
+    path = weights_file(folder, card)
     model = _random(arch, bool(card.get("model_config", {}).get("quick_gelu", False)))
-    load_weights(model, folder / "model.pt", arch)
+    load_weights(model, path, arch)
     model.eval()
     return Backbone(model=model, tokenizer=tokenizer(arch), card=card, preprocess=eval_transform(model))
+
+
+def weights_file(folder: Path, card: dict) -> Path:
+    """The weights file a card names (relative to its folder, or absolute), checked against the card's sha256."""
+    recorded = card.get("weights", {}).get("path", "model.pt")
+    path = folder / recorded  # an absolute `recorded` replaces the folder
+    if not path.is_file():
+        hint = "rerun `dear backbone`" if path.parent == folder else "restore it or rerun `dear backbone`"
+        raise DearError(f"{path}: the backbone's weights file is missing ({folder / 'card.json'} names it); {hint}")
+    expected = card.get("sha256")
+    if expected and sha256_file(path) != expected:
+        raise DearError(f"{path}: sha256 differs from the one {folder / 'card.json'} recorded ({expected[:12]}...): "
+                        "the weights changed since `dear backbone`; restore them or rerun `dear backbone`")
+    return path
 
 
 def _register(arch: str, config: dict) -> None:

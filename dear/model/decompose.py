@@ -112,7 +112,8 @@ class HeadStatistics:
 
     Batches are centred on the first batch's mean before their outer
     products are summed (float64), so the final covariance does not suffer
-    from cancellation however many images pass.
+    from cancellation however many images pass. The sums live on the
+    contributions' device (a GPU profile never copies a batch back).
     """
 
     def __init__(self) -> None:
@@ -125,8 +126,9 @@ class HeadStatistics:
         """Add a batch of contributions [B, Lp, H, E]."""
         if self._shift is None:
             self._shift = heads.float().mean(0)
-            self._sum = torch.zeros(self._shift.shape, dtype=torch.float64)
-            self._outer = torch.zeros(self._shift.shape + self._shift.shape[-1:], dtype=torch.float64)
+            self._sum = torch.zeros(self._shift.shape, dtype=torch.float64, device=heads.device)
+            self._outer = torch.zeros(self._shift.shape + self._shift.shape[-1:], dtype=torch.float64,
+                                      device=heads.device)
         centred = heads.float() - self._shift  # [B, Lp, H, E]
         self._sum += centred.sum(0).double()
         self._outer += torch.einsum("blhe,blhf->lhef", centred, centred).double()

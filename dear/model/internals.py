@@ -238,10 +238,11 @@ class CompactTokenEmbedding(nn.Module):
 
     def __init__(self, full: nn.Embedding, ids: torch.Tensor):
         super().__init__()
-        self.ids = ids.unique()  # [V] sorted
+        device = full.weight.device
+        self.ids = ids.to(device).unique()  # [V] sorted
         self.weight = nn.Parameter(full.weight.detach()[self.ids].clone())  # [V, D]
-        lookup = torch.full((full.num_embeddings,), -1, dtype=torch.long)
-        lookup[self.ids] = torch.arange(len(self.ids))
+        lookup = torch.full((full.num_embeddings,), -1, dtype=torch.long, device=device)
+        lookup[self.ids] = torch.arange(len(self.ids), device=device)
         self.register_buffer("lookup", lookup, persistent=False)
 
     def forward(self, text: torch.Tensor) -> torch.Tensor:
@@ -279,8 +280,9 @@ def text_context_length(model: nn.Module) -> int:
 
 def text_causal_mask(model: nn.Module, length: int) -> torch.Tensor:
     """Additive causal mask [length, length] (0 on and below the diagonal, -inf above)."""
-    mask = torch.full((length, length), float("-inf"))
-    return mask.triu_(1).to(text_positions(model).dtype)
+    positions = text_positions(model)
+    mask = torch.full((length, length), float("-inf"), device=positions.device)
+    return mask.triu_(1).to(positions.dtype)
 
 
 def text_pool_index(model: nn.Module, text: torch.Tensor) -> torch.Tensor:

@@ -24,23 +24,30 @@ MAX_LOGIT_SCALE = math.log(100.0)
 # For sequences this short (65 image, <= 32 text tokens), torch's CPU flash-attention
 # backward took half of the step; the math kernel is 2x faster (benchmarks/pretrain_step.py).
 ATTENTION = [SDPBackend.MATH]
+# On CUDA torch's own pick (flash / memory-efficient kernels) is the fast one.
+ANY_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]
 
 
-def pretrain(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tuple], log_every: int = 50) -> list[dict]:
-    """Train `model` in place for `backbone.steps` steps; returns the loss log (every `log_every` steps).
+def pretrain(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tuple], log_every: int = 50,
+             precision: str | None = None) -> list[dict]:
+    """Train `model` in place, on its device, for `backbone.steps` steps; returns the loss log (every `log_every` steps).
 
     Only the token embeddings of the corpus's vocabulary are trained (a few hundred of
     49,408 rows): the same updates for those rows, and the optimizer no longer walks
-    the whole table every step (`benchmarks/pretrain_step.py`).
+    the whole table every step (`benchmarks/pretrain_step.py`). `precision` defaults to
+    `backbone.precision` (the CPU setting; the stage passes compute.precision on CUDA).
     """
     with torch.no_grad():  # open_clip starts from CLIP's 0.07; a lower tau is a sharper start (README: backbone)
         model.logit_scale.fill_(math.log(1.0 / backbone.init_temperature))
     vocabulary = tokenizer(world_data.caption_vocabulary(world)).flatten()  # with SOT, EOT and padding ids
     with internals.compact_token_embedding(model, vocabulary):
-        return _train(model, tokenizer, world, backbone, excluded, log_every)
+        return _train(model, tokenizer, world, backbone, excluded, log_every, precision or backbone.precision)
 
 
-def _train(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tuple], log_every: int) -> list[dict]:
+def _train(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tuple], log_every: int,
+           precision: str) -> list[dict]:
+    device = model.logit_scale.device
+    attention = ATTENTION if device.type == "cpu" else ANY_ATTENTION
     optimizer = _optimizer(model, backbone)
     schedule = lr_schedule(backbone)
     mean, std = normalizer(model)
@@ -52,7 +59,7 @@ def _train(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tup
         tokens = tokenizer(captions)                                                          # [B, T]
         for group in optimizer.param_groups:
             group["lr"] = schedule(step)
-        loss = contrastive_step(model, optimizer, pixels, tokens, backbone.precision)
+        loss = contrastive_step(model, optimizer, pixels.to(device), tokens.to(device), precision, attention)
         running += loss
         if (step + 1) % log_every == 0 or step + 1 == backbone.steps:
             count = (step % log_every) + 1
@@ -70,12 +77,13 @@ def contrastive_step(model, optimizer, pixels: torch.Tensor, tokens: torch.Tenso
     Captions are encoded without their all-padding tail (exact under the causal
     mask and argmax pooling, ~1/3 of the text tower's work).
     """
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"), sdpa_kernel(attention):
+    autocast = torch.autocast(pixels.device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    with autocast, sdpa_kernel(attention):
         image = F.normalize(model.encode_image(pixels).float(), dim=-1)    # [B, D]
         captions = internals.trim_text_padding(model, tokens)                  # [B, T']
         text = F.normalize(internals.encode_text(model, captions).float(), dim=-1)  # [B, D]
     logits = model.logit_scale.exp() * image @ text.T                      # [B, B]
-    target = torch.arange(logits.shape[0])
+    target = torch.arange(logits.shape[0], device=logits.device)
     loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
     optimizer.zero_grad(set_to_none=True)
     loss.backward()

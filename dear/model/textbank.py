@@ -5,6 +5,7 @@ their concepts (SPEC §2-3). The default bank ships in
 `dear/resources/text_bank.tsv` (made by `dear/resources/make_text_bank.py`);
 a user bank is a TSV (header `text<TAB>concept`) or a Parquet file with
 columns `text` and `concept`. A malformed line fails with its line number.
+No torch here: `dear check` reads the bank before any model loads.
 """
 
 from __future__ import annotations
@@ -13,13 +14,9 @@ import hashlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Sequence
-
-import torch
-from torch import nn
+from typing import Sequence
 
 from dear.errors import DearError
-from dear.model import internals
 
 DEFAULT = "default"
 WORLD = "world"  # the embedded world's own descriptions (dear.data.world.text_bank)
@@ -122,16 +119,3 @@ def _row(path: Path, where: str, text: object, concept: object) -> tuple[str, st
     if not text or not concept:
         raise DearError(f"{path}: {where}: empty text or concept; fill both fields")
     return where, text, concept
-
-
-@torch.no_grad()
-def embed_texts(model: nn.Module, tokenizer: Callable[[list[str]], torch.Tensor], texts: Sequence[str],
-                batch_size: int, progress: Callable = lambda items, **_: items) -> torch.Tensor:
-    """Normalized text embeddings [K, E] of `texts`, in order."""
-    chunks = []
-    starts = range(0, len(texts), batch_size)
-    for start in progress(starts, description="embedding texts", total=len(starts)):
-        tokens = internals.trim_text_padding(model, tokenizer(list(texts[start:start + batch_size])))
-        chunks.append(internals.encode_text(model, tokens).float())
-    embeddings = torch.cat(chunks)  # [K, E]
-    return embeddings / embeddings.norm(dim=-1, keepdim=True).clamp_min(1e-12)

@@ -41,17 +41,33 @@ def covariance(contributions: np.ndarray) -> np.ndarray:
 
 
 def check_rank(rank: int, picks: int, n_images: int, dim: int, n_texts: int) -> None:
-    """Fail cleanly when the SVD rank or the number of picks cannot be met.
+    """Fail cleanly when the SVD rank or the number of picks cannot be met."""
+    found = rank_problems(rank, picks, n_images, dim, n_texts, f"{n_images} images")
+    if found:
+        raise DearError(found[0])
 
-    Mean-centring M images leaves at most M − 1 directions, so r ≤ min(M − 1, E).
+
+def rank_problems(rank: int, picks: int, n_images: int, dim: int | None, n_texts: int | None,
+                  images_from: str) -> list[str]:
+    """Every reason the SVD rank or the number of picks cannot be met (`dear check` and the profile stage).
+
+    Mean-centring M images leaves at most M − 1 directions, so r ≤ min(M − 1, E);
+    N picks need r ≥ N and a bank of ≥ N texts. `dim` or `n_texts` None: not known yet.
     """
-    if rank > min(n_images - 1, dim):
-        raise DearError(f"profile.svd_rank: rank {rank} needs at least {rank + 1} images (mean-centring removes one "
-                        f"direction) and embedding dim >= {rank}; got {n_images} images, dim {dim}; "
-                        f"profile more images (profile.max_images) or lower profile.svd_rank")
-    if picks > min(rank, n_texts):
-        raise DearError(f"profile.texts_per_head: {picks} picks need svd_rank >= {picks} and a bank of >= {picks} "
-                        f"texts; got svd_rank {rank}, {n_texts} texts; lower profile.texts_per_head")
+    found = []
+    if rank > n_images - 1:
+        found.append(f"profile.svd_rank: rank {rank} needs at least {rank + 1} images (mean-centring removes one "
+                     f"direction); got {images_from}; profile more images (profile.max_images) or lower "
+                     "profile.svd_rank")
+    if dim is not None and rank > dim:
+        found.append(f"profile.svd_rank: rank {rank} exceeds the embedding dim {dim}; lower profile.svd_rank")
+    if picks > rank:
+        found.append(f"profile.texts_per_head: {picks} picks need svd_rank >= {picks}, got svd_rank {rank}; "
+                     "lower profile.texts_per_head")
+    if n_texts is not None and picks > n_texts:
+        found.append(f"profile.texts_per_head: {picks} picks need a bank of >= {picks} texts, got {n_texts}; "
+                     "lower profile.texts_per_head or add texts")
+    return found
 
 
 def text_span(cov: np.ndarray, texts: np.ndarray, rank: int, picks: int) -> list[Pick]:

@@ -18,7 +18,9 @@ def class_text_features(model, tokenizer, classnames: Sequence[str], templates: 
                         batch_size: int = 256) -> torch.Tensor:
     """Normalized text features [C, D], one per class, averaged over templates."""
     prompts = [template.format(name) for name in classnames for template in templates]
-    chunks = [model.encode_text(tokenizer(prompts[i:i + batch_size])).float() for i in range(0, len(prompts), batch_size)]
+    device = model.logit_scale.device
+    chunks = [model.encode_text(tokenizer(prompts[i:i + batch_size]).to(device)).float()
+              for i in range(0, len(prompts), batch_size)]
     features = F.normalize(torch.cat(chunks), dim=-1)                     # [C * M, D]
     features = features.view(len(classnames), len(templates), -1).mean(1)  # [C, D]
     return F.normalize(features, dim=-1)
@@ -40,8 +42,11 @@ class ZeroShotClassifier:
         self.text = class_text_features(model, tokenizer, classnames, templates)   # [C, D]
 
     def logits(self, pixels: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
-        scale = self.model.logit_scale.exp().float()
-        return scale * image_features(self.model, pixels, batch_size) @ self.text.T   # [N, C]
+        return self.logits_of(image_features(self.model, pixels, batch_size))   # [N, C]
+
+    def logits_of(self, features: torch.Tensor) -> torch.Tensor:
+        """Logits [N, C] of normalized image features [N, D]."""
+        return self.model.logit_scale.exp().float() * features @ self.text.T
 
     def accuracy(self, pixels: torch.Tensor, labels: torch.Tensor, batch_size: int = 256) -> float:
         predicted = self.logits(pixels, batch_size).argmax(-1)

@@ -1,10 +1,13 @@
-"""Stage `backbone`: the CLIP every later stage adapts, with a card of sanity metrics.
+"""Stage `backbone`: the CLIP every later stage adapts, described by `card.json`.
 
 `model.pretrained: embedded` trains `model.arch` contrastively on the world's
 in-memory corpus (fixed step count, deterministic on CPU for a seed and thread
-count); anything else loads real weights through open_clip. Either way the
-card records the architecture, the weights' sha256 and zero-shot top-1 on
-every world test set next to chance.
+count; on `compute.device`) and writes `model.pt` next to the card. Real
+weights (a file, or an open_clip tag already in the cache) are loaded and
+hashed where they lie, never copied: the card records their path and sha256,
+and every later stage loads that file and checks that hash
+(`dear.model.clip.load_backbone`). With `backbone.sanity.enabled` the card
+also holds zero-shot top-1 on every world test set next to chance.
 """
 
 from __future__ import annotations
@@ -15,14 +18,14 @@ import logging
 from pathlib import Path
 
 import torch
-from PIL import Image
 
+from dear import device as devices
 from dear.data import world as world_data
 from dear.errors import DearError
 from dear.io import provenance, read_json, sha256_file, sha256_json, versions, write_bytes, write_json
-from dear.model import clip
+from dear.model import clip, weights
 from dear.model.pretrain import pretrain
-from dear.model.zeroshot import ZeroShotClassifier
+from dear.model.sanity import world_zero_shot
 from dear.params import Params
 
 log = logging.getLogger("dear.backbone")
@@ -39,34 +42,52 @@ class Outputs:
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
-    world_card = _check_world(params, Path(inputs.world))
+    sanity_on = params.backbone.sanity.enabled
+    world_card = _check_world(params, Path(inputs.world)) if sanity_on else None
     arch = clip.resolve_arch(params.model.arch)
     config = dict(clip.model_config(arch))
-    if params.model.pretrained != clip.EMBEDDED and not clip.is_weights_path(params.model.pretrained):
+    if params.model.pretrained != clip.EMBEDDED and not weights.is_weights_path(params.model.pretrained):
         config["quick_gelu"] = clip.tag_quick_gelu(arch, params.model.pretrained) or config.get("quick_gelu", False)
     torch.set_num_threads(params.backbone.threads)
-    model, training = _make_model(params, arch, config)
-    tokenizer = clip.tokenizer(arch)
-    sanity = sanity_metrics(model, tokenizer, clip.eval_transform(model), Path(inputs.world), world_card,
-                            params.backbone.eval_batch_size)
+    device = devices.resolve(params.compute)
+    devices.fast_matmuls(device)
+    model, training, weights_path = _make_model(params, arch, config, device)
+    sanity = None
+    if sanity_on:
+        sanity = world_zero_shot(model, clip.tokenizer(arch), clip.eval_transform(model), Path(inputs.world),
+                                 world_card, params.backbone.eval_batch_size, params.backbone.sanity.max_images_per_set,
+                                 params.world.seed, params.compute.precision)
+    else:
+        log.info("zero-shot sanity check off (backbone.sanity.enabled: false)")
     folder = Path(outputs.folder)
-    write_bytes(folder / "model.pt", state_dict_bytes(model))
+    if weights_path is None:  # trained here: the weights live in the backbone folder
+        write_bytes(folder / "model.pt", state_dict_bytes(model))
+        recorded, sha = "model.pt", sha256_file(folder / "model.pt")
+    else:  # real weights: used where they lie, hashed, never copied
+        recorded, sha = str(weights_path), sha256_file(weights_path)
     card = {
         "arch": arch,
         "model_config": config,
         "source": _source(params.model.pretrained),
         "pretrained": params.model.pretrained,
-        "sha256": sha256_file(folder / "model.pt"),
+        "weights": {"path": recorded, "sha256": sha, "copied_here": weights_path is None},
+        "sha256": sha,
         "parameters": sum(p.numel() for p in model.parameters()),
         "versions": {key: value for key, value in versions().items() if key in ("torch", "open_clip_torch", "dear")},
+        "device": str(device),
         "training": training,
         "sanity": sanity,
         "provenance": provenance({"model": params.model, "backbone": params.backbone, "world": params.world},
-                                 inputs={"world_card": Path(inputs.world) / "card.json"}, seed=params.backbone.seed),
+                                 inputs=_world_input(inputs, sanity_on), seed=params.backbone.seed),
     }
     write_json(folder / "card.json", card)
-    for name, entry in sanity.items():
-        log.info("zero-shot %s: %.1f%% (chance %.1f%%)", name, 100 * entry["top1"], 100 * entry["chance"])
+    if weights_path is not None:
+        (folder / "model.pt").unlink(missing_ok=True)  # an earlier embedded run's weights are not this card's
+    log.info("backbone %s: weights %s (sha256 %s...)", arch, recorded, sha[:12])
+
+
+def _world_input(inputs: Inputs, sanity_on: bool) -> dict:
+    return {"world_card": Path(inputs.world) / "card.json"} if sanity_on else {}
 
 
 def _check_world(params: Params, folder: Path) -> dict:
@@ -79,11 +100,14 @@ def _check_world(params: Params, folder: Path) -> dict:
     return card
 
 
-def _make_model(params: Params, arch: str, config: dict) -> tuple[torch.nn.Module, dict]:
+def _make_model(params: Params, arch: str, config: dict,
+                device: torch.device) -> tuple[torch.nn.Module, dict, Path | None]:
+    """(model on `device`, training facts, weights file used in place or None when trained here)."""
     pretrained = params.model.pretrained
     if pretrained != clip.EMBEDDED:
+        path = weights.resolve(arch, pretrained, params.model.cache_dir)
         model = clip.create_model(arch, pretrained, params.model.cache_dir)
-        return model.eval(), {"trained_here": False}
+        return model.eval().to(device), {"trained_here": False}, path
     image_size = config["vision_cfg"]["image_size"]
     if image_size != params.world.image_size:
         raise DearError(f"params.yaml: model.arch {arch} takes {image_size} px images but world.image_size is "
@@ -91,54 +115,26 @@ def _make_model(params: Params, arch: str, config: dict) -> tuple[torch.nn.Modul
     world_data.check(params.world)
     excluded = world_data.test_scene_keys(params.world)
     torch.manual_seed(params.backbone.seed)
-    model = clip.create_model(arch, None)
-    history = pretrain(model, clip.tokenizer(arch), params.world, params.backbone, excluded)
+    model = clip.create_model(arch, None).to(device)
+    precision = params.backbone.precision if device.type == "cpu" else params.compute.precision
+    log.info("pretraining on %s", devices.describe(device, precision))
+    history = pretrain(model, clip.tokenizer(arch), params.world, params.backbone, excluded, precision=precision)
     return model, {"trained_here": True, "steps": params.backbone.steps, "batch_size": params.backbone.batch_size,
-                   "pairs_seen": params.backbone.steps * params.backbone.batch_size,
+                   "pairs_seen": params.backbone.steps * params.backbone.batch_size, "precision": precision,
                    "final_loss": history[-1]["loss"], "loss_log": history,
-                   "excluded_test_scenes": len(excluded)}
+                   "excluded_test_scenes": len(excluded)}, None
 
 
 def _source(pretrained: str) -> str:
     if pretrained == clip.EMBEDDED:
         return "embedded: trained by `dear backbone` on the emoji world corpus"
-    if clip.is_weights_path(pretrained):
+    if weights.is_weights_path(pretrained):
         return f"file: {pretrained}"
     return f"open_clip: {pretrained}"
 
 
 def state_dict_bytes(model: torch.nn.Module) -> bytes:
+    """The state dict's bytes, from CPU tensors (moves `model` to the CPU: a GPU-trained one saves like one trained here)."""
     buffer = io.BytesIO()
-    torch.save(model.state_dict(), buffer)
+    torch.save(model.to("cpu").state_dict(), buffer)
     return buffer.getvalue()
-
-
-@torch.no_grad()
-def sanity_metrics(model, tokenizer, preprocess, world: Path, world_card: dict, batch_size: int) -> dict:
-    """Zero-shot top-1 on every world test set (world_objects also by base/novel half), with chance."""
-    results = {}
-    for name, entry in world_card["datasets"].items():
-        split = read_json(world / name / f"split_zhou_{name}.json")["test"]
-        pixels = torch.stack([preprocess(Image.open(world / name / "images" / impath).convert("RGB"))
-                              for impath, _, _ in split])                                  # [N, 3, H, W]
-        labels = torch.tensor([label for _, label, _ in split])
-        classifier = ZeroShotClassifier(model, tokenizer, entry["classnames"], entry["templates"])
-        logits = classifier.logits(pixels, batch_size)                                     # [N, C]
-        correct = logits.argmax(-1) == labels
-        n = len(entry["classnames"])
-        results[name] = {"top1": float(correct.float().mean()), "chance": 1.0 / n, "classes": n,
-                         "images": len(split), "templates": entry["templates"]}
-        if name == "world_objects":
-            results[name].update(_base_novel(logits, labels))
-    return results
-
-
-def _base_novel(logits: torch.Tensor, labels: torch.Tensor) -> dict:
-    """CoOp's base-to-novel protocol: first ceil(n/2) labels are base; each half is classified among its own classes."""
-    n = logits.shape[1]
-    cut = (n + 1) // 2
-    base, novel = labels < cut, labels >= cut
-    base_top1 = (logits[base][:, :cut].argmax(-1) == labels[base]).float().mean()
-    novel_top1 = (logits[novel][:, cut:].argmax(-1) + cut == labels[novel]).float().mean()
-    return {"base_top1": float(base_top1), "base_chance": 1.0 / cut,
-            "novel_top1": float(novel_top1), "novel_chance": 1.0 / (n - cut)}

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from dear import device as devices
 from dear import evaluation
 from dear.data.manifest import read_manifest
 from dear.errors import DearError
@@ -34,7 +35,6 @@ from dear.model.clip import load_backbone
 from dear.model.trained import load_trained, read_trained
 from dear.params import Params
 from dear.results import OUTPUT, eval_frame, run_metrics, write_eval
-from dear.train.trainer import resolve_device
 
 log = logging.getLogger("dear.evaluate")
 
@@ -71,14 +71,16 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     alpha = _alpha(inputs.fusion)
     targets = _targets(params, inputs)  # checks every input before the model is built
     adapted = load_trained(inputs.model, load_backbone(inputs.backbone), inputs.roles, params)
-    adapted.to(resolve_device(params.train.device))
+    device = devices.resolve(params.compute)
+    devices.fast_matmuls(device)
+    adapted.to(device)
     transform = evaluation.eval_transform(adapted, params.train.augmentation)
     rows, encoded = [], {}
     for target in targets:
         key = (target.name, target.split)
         if key not in encoded:  # the source's own test images serve both transfer protocols
             encoded[key] = evaluation.encode_images(adapted, target.images, transform, params.evaluate.batch_size,
-                                                    params.train.workers, f"evaluate: {target.name} {target.split}")
+                                                    params.compute, f"evaluate: {target.name} {target.split}")
         logits = evaluation.stream_logits(adapted, encoded[key], target.images.classnames)  # [N, S+1, C]
         use_cls = not target.seen and params.fusion.novel == "cls"
         output = logits[:, 0] if use_cls else evaluation.fuse(logits, alpha)  # [N, C]

@@ -15,13 +15,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from dear import device as devices
 from dear import evaluation
 from dear.data.manifest import read_fewshot, read_manifest
 from dear.io import provenance, write_json
 from dear.model.clip import load_backbone
 from dear.model.trained import load_trained
 from dear.params import Params
-from dear.train.trainer import resolve_device
 
 log = logging.getLogger("dear.fuse")
 
@@ -43,11 +43,13 @@ class Outputs:
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     adapted = load_trained(inputs.model, load_backbone(inputs.backbone), inputs.roles, params)
-    adapted.to(resolve_device(params.train.device))
+    device = devices.resolve(params.compute)
+    devices.fast_matmuls(device)
+    adapted.to(device)
     val = evaluation.image_set(read_fewshot(inputs.fewshot), read_manifest(inputs.manifest), None, inputs.classes,
                                inputs.fewshot, fewshot_split="val")
     features = evaluation.encode_images(adapted, val, evaluation.eval_transform(adapted, params.train.augmentation),
-                                        params.evaluate.batch_size, params.train.workers, "fuse: validation shots")
+                                        params.evaluate.batch_size, params.compute, "fuse: validation shots")
     logits = evaluation.stream_logits(adapted, features, val.classnames)  # [N, S+1, C]
     trained = adapted.alpha.detach().float().cpu()
     refit = params.fusion.mode == "refit" and adapted.method.refit_fusion and len(trained) > 1

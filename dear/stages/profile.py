@@ -18,21 +18,24 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import torch
+from torch import nn
 
+from dear import device as devices
 from dear.data.manifest import read_manifest, select
 from dear.errors import DearError
-from dear.io import provenance, sha256_file, write_bytes, write_parquet, write_text
+from dear.io import provenance, write_bytes, write_parquet, write_text
 from dear.model import ablation as abl
 from dear.model import concepts as cpt
 from dear.model import internals
 from dear.model.decompose import check_layers, head_statistics
-from dear.model.textbank import TextBank, embed_texts, load_bank
+from dear.model.textbank import TextBank, load_bank
 from dear.model.textspan import Pick, check_rank, text_span
+from dear.model.trained import backbone_sha256
 from dear.params import Params, Profile
 from dear.progress import track
 
@@ -120,24 +123,26 @@ class HeadResult:
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
-    cfg = params.profile
-    _check_settings(cfg)
+    cfg = params.profile  # checked first by `dear.check` (roles thresholds, bank, rank vs picks)
     bank = load_bank(cfg.text_bank, cfg.concepts.allowed, params.world)
     paths = image_paths(inputs.manifest, cfg)
     from dear.model.clip import load_backbone
 
     backbone = load_backbone(inputs.backbone)
-    model = backbone.model
+    device = devices.resolve(params.compute)
+    devices.exact_matmuls(device)  # fp32 everywhere: the head terms must add up to the embedding
+    model = backbone.model.to(device)
     depth = check_layers(model, cfg.layers)
     dim = internals.image_projection(model).shape[1]
     check_rank(cfg.svd_rank, cfg.texts_per_head, len(paths), dim, len(bank))
+    log.info("profiling on %s", devices.describe(device, "fp32"))
     with torch.no_grad():
-        texts = embed_texts(model, backbone.tokenizer, bank.texts, cfg.text_batch_size, progress=track).numpy()
-        batches = image_batches(paths, backbone.preprocess, cfg.batch_size)
+        texts = embed_texts(model, backbone.tokenizer, bank.texts, cfg.text_batch_size).cpu().numpy()
+        batches = image_batches(paths, backbone.preprocess, cfg.batch_size, params.compute.workers, device)
         stats = head_statistics(model, batches, cfg.layers, cfg.contributions)
-    results = explain_heads(stats.covariance.numpy(), texts, bank, cfg, first_layer=depth - cfg.layers + 1)
+    results = explain_heads(stats.covariance.cpu().numpy(), texts, bank, cfg, first_layer=depth - cfg.layers + 1)
     ablation = ablation_rows(params, inputs.manifest, backbone, results)
-    model_sha = sha256_file(Path(inputs.backbone) / "model.pt")  # the same hash as the backbone card's
+    model_sha = backbone_sha256(backbone, inputs.backbone)  # the weights' hash, checked when they loaded
     banks = {"text_bank": bank.source} if Path(bank.source).is_file() else {}
     record = provenance(cfg, {"manifest": inputs.manifest, "backbone": inputs.backbone, **banks})
     record["text_bank_sha256"] = bank.sha256
@@ -145,17 +150,6 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     _write(outputs, results, cfg, bank, len(paths), model_sha, record, ablation)
     log.info("profiled %d heads of layers %d-%d on %d images: %s", len(results), depth - cfg.layers + 1, depth,
              len(paths), _counts([r.role for r in results]))
-
-
-def _check_settings(cfg: Profile) -> None:
-    limits = cfg.roles
-    if not limits.low < limits.high:
-        raise DearError(f"profile.roles: low ({limits.low}) must be below high ({limits.high})")
-    if limits.mode == "quantile" and limits.high > 1.0:
-        raise DearError(f"profile.roles.high: {limits.high} is not a quantile; use 0..1 or mode: absolute")
-    missing = [c for c in cpt.CORE_CONCEPTS if c not in cfg.concepts.allowed]
-    if missing:
-        raise DearError(f"profile.concepts.allowed: the core attributes {missing} are missing; add them")
 
 
 # --- images ------------------------------------------------------------------------
@@ -180,21 +174,53 @@ def image_paths(manifest: Path, cfg: Profile) -> list[str]:
     return paths
 
 
-def image_batches(paths: list[str], preprocess, batch_size: int) -> Iterator[torch.Tensor]:
-    """Preprocessed image batches [B, 3, S, S], in order."""
-    from PIL import Image
+class _Images(torch.utils.data.Dataset):
+    """Preprocessed images [3, S, S]; an unreadable file becomes its error line (raised by the main process)."""
 
-    starts = range(0, len(paths), batch_size)
-    for start in track(starts, description="profiling images", total=len(starts)):
-        tensors = []
-        for path in paths[start:start + batch_size]:
-            try:
-                with Image.open(path) as image:
-                    tensors.append(preprocess(image.convert("RGB")))
-            except OSError as err:  # PIL's UnidentifiedImageError is an OSError
-                raise DearError(f"{path}: not a readable image ({type(err).__name__}); "
-                                "fix or remove it and rerun `dear prepare`") from err
-        yield torch.stack(tensors)
+    def __init__(self, paths: list[str], preprocess):
+        self.paths, self.preprocess = paths, preprocess
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> torch.Tensor | str:
+        from PIL import Image
+
+        path = self.paths[index]
+        try:
+            with Image.open(path) as image:
+                return self.preprocess(image.convert("RGB"))
+        except OSError as err:  # PIL's UnidentifiedImageError is an OSError
+            return f"{path}: not a readable image ({type(err).__name__}); fix or remove it and rerun `dear prepare`"
+
+
+def _stack(items: list) -> torch.Tensor | str:
+    problems = [item for item in items if isinstance(item, str)]
+    return problems[0] if problems else torch.stack(items)
+
+
+def image_batches(paths: list[str], preprocess, batch_size: int, workers: int = 0,
+                  device: torch.device = torch.device("cpu")) -> Iterator[torch.Tensor]:
+    """Preprocessed image batches [B, 3, S, S] on `device`, in order; `workers` processes decode them."""
+    loader = torch.utils.data.DataLoader(_Images(paths, preprocess), batch_size=batch_size, num_workers=workers,
+                                         collate_fn=_stack, pin_memory=device.type == "cuda")
+    for batch in track(loader, description="profiling images", total=len(loader)):
+        if isinstance(batch, str):
+            raise DearError(batch)
+        yield batch.to(device, non_blocking=True)
+
+
+def embed_texts(model: nn.Module, tokenizer: Callable[[list[str]], torch.Tensor], texts: Sequence[str],
+                batch_size: int) -> torch.Tensor:
+    """Normalized text embeddings [K, E] of `texts`, in order, computed on the model's device."""
+    device = internals.text_positions(model).device
+    chunks = []
+    starts = range(0, len(texts), batch_size)
+    for start in track(starts, description="embedding texts", total=len(starts)):
+        tokens = internals.trim_text_padding(model, tokenizer(list(texts[start:start + batch_size])))
+        chunks.append(internals.encode_text(model, tokens.to(device)).float())
+    embeddings = torch.cat(chunks)  # [K, E]
+    return embeddings / embeddings.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
 # --- heads -------------------------------------------------------------------------
@@ -253,8 +279,9 @@ def ablation_rows(params: Params, manifest: Path, backbone, results: list[HeadRe
     rows = [truth[str(Path(path).relative_to(images_dir))] for path in paths]
     families = world_families(params, rows, backbone)
     with torch.no_grad():
-        heads, embeddings, first = abl.decomposed(backbone.model, image_batches(paths, backbone.preprocess,
-                                                                                 cfg.batch_size), cfg.layers)
+        device = next(backbone.model.parameters()).device
+        batches = image_batches(paths, backbone.preprocess, cfg.batch_size, params.compute.workers, device)
+        heads, embeddings, first = abl.decomposed(backbone.model, batches, cfg.layers)
     roles = [{"layer": r.layer, "head": r.head, "concept": r.concept, "role": r.role} for r in results]
     return abl.validate(heads, embeddings, first, families, roles, cfg.ablation.random_sets, cfg.seed)
 

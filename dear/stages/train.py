@@ -101,7 +101,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         train = params.train
         recipe = train.recipe(spec.name)
         rows = trainer.fit(trainer.Run(
-            model=model, shots=shots, params=train, recipe=recipe,
+            model=model, shots=shots, params=train, recipe=recipe, compute=params.compute,
             epochs=recipe.dataset_epochs.get(inputs.dataset, recipe.epochs),
             weights=Weights(scale=train.scale, reg=train.reg_weight_of(inputs.dataset), fus=train.lambda_fus,
                             attribute_loss=train.attribute_loss),
@@ -109,7 +109,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
             normalization=oc.image_normalization(backbone.model), checkpoint=checkpoint, params_hash=run_hash))
     record = {"backbone_sha256": sha, "roles_sha256": roles_sha, "params_sha256": run_hash,
               "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes, "classnames": shots.classnames}
-    used = {"backbone": Path(inputs.backbone) / "model.pt", "fewshot": inputs.fewshot}
+    used = {"backbone": Path(inputs.backbone) / "card.json", "fewshot": inputs.fewshot}  # the card holds the weights' sha256
     if spec.role_masks:
         used["roles"] = inputs.roles
     made_by = provenance(_sections(params), used, inputs.seed)
@@ -132,7 +132,8 @@ def summary(name: str, dataset: str, seed: int, rows: list[dict], folder: Path) 
 
 def _sections(params: Params) -> dict:
     """The params sections that shape a trained model."""
-    return {"dear": params.dear, "mmrl": params.mmrl, "train": params.train, "fusion": params.fusion}
+    return {"dear": params.dear, "mmrl": params.mmrl, "train": params.train, "fusion": params.fusion,
+            "compute": params.compute}
 
 
 def _template(params: Params, dataset: str) -> str:
@@ -145,10 +146,12 @@ def _template(params: Params, dataset: str) -> str:
 def _run_hash(params: Params, spec: Method, inputs: Inputs, backbone_sha: str, roles_sha: str | None) -> str:
     """Hash of everything that shapes the trained tensors (not workers or checkpoint spacing)."""
     train = params.train.model_dump(mode="json")
-    for key in ("method", "workers", "checkpoint_every"):
+    for key in ("method", "checkpoint_every"):
         train.pop(key)
+    compute = params.compute.model_dump(mode="json", exclude={"workers"})
     return sha256_json({
-        "method": spec.to_dict(), "train": train, "mmrl": params.mmrl.model_dump(mode="json"), "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes,
+        "method": spec.to_dict(), "train": train, "mmrl": params.mmrl.model_dump(mode="json"), "compute": compute,
+        "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes,
         "backbone": backbone_sha, "roles": roles_sha, "fewshot": sha256_file(inputs.fewshot),
         "dear_version": versions()["dear"],
     })

@@ -23,7 +23,8 @@ import torch
 from dear.errors import DearError
 from dear.model.dear import Adapted
 from dear.model.losses import Weights, objective
-from dear.params import Recipe, Train
+from dear import device as devices
+from dear.params import Compute, Recipe, Train
 from dear.progress import track
 from dear.train import checkpoint
 from dear.train.data import Schedule, ShotImages, Shots, loader, train_transform
@@ -49,14 +50,6 @@ class EpochCosine:
         return 0.5 * (1.0 + math.cos(math.pi * (epoch - self.warmup_epochs) / max(1, self.epochs)))
 
 
-def resolve_device(choice: str) -> torch.device:
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise DearError("train.device: cuda requested but no CUDA device is visible; use auto or cpu")
-    if choice == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(choice)
-
-
 @dataclass
 class Run:
     """One training run: the model, its shots and where its checkpoint lives."""
@@ -67,6 +60,7 @@ class Run:
     recipe: Recipe
     epochs: int
     weights: Weights
+    compute: Compute
     seed: int
     image_size: int
     normalization: tuple
@@ -87,11 +81,9 @@ class Loop:
 def fit(run: Run) -> list[dict]:
     """Train `run.model` in place; returns the log rows (step, epoch, loss terms, accuracy, lr, alpha, seconds)."""
     p, recipe = run.params, run.recipe
-    device = resolve_device(p.device)
-    use_bf16 = device.type == "cuda" and p.precision == "bf16"
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls outside autocast (frozen features)
-        torch.backends.cudnn.allow_tf32 = True
+    device = devices.resolve(run.compute)
+    use_bf16 = devices.uses_bf16(device, run.compute.precision)
+    devices.fast_matmuls(device)  # fp32 matmuls outside autocast (frozen features)
     model = run.model.to(device).train()
     loop = make_loop(model, recipe, Schedule(n=len(run.shots.paths), batch_size=recipe.batch_size, epochs=run.epochs,
                                              seed=run.seed), device)
@@ -109,7 +101,7 @@ def fit(run: Run) -> list[dict]:
                           with_frozen=_needs_frozen(model, weights), autocast=_autocast(device, use_bf16))
         batches = cached_batches(cache, loop.schedule, run.shots, start)
     else:
-        batches = loader(ShotImages(run.shots, loop.schedule, transform), start, p.workers,
+        batches = loader(ShotImages(run.shots, loop.schedule, transform), start, run.compute.workers,
                          pin_memory=device.type == "cuda")
     for step, (images, labels) in zip(track(range(start, loop.schedule.total_steps), f"train {model.method.name}",
                                             total=loop.schedule.total_steps - start), batches):
@@ -230,4 +222,4 @@ def _stop_on_nan(step: int, terms, path: Path) -> None:
     values = ", ".join(f"{k}={v:.4g}" for k, v in terms.as_floats().items())
     kept = f"the last good checkpoint {path} is kept" if path.is_file() else "no checkpoint was written yet"
     raise DearError(f"step {step}: the loss is not finite ({values}); likely cause: a learning rate too high "
-                    f"(train.lr) or bf16 overflow (try train.precision: fp32); {kept}")
+                    f"(train.lr) or bf16 overflow (try compute.precision: fp32); {kept}")

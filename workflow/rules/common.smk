@@ -9,7 +9,7 @@ SOURCE = STUDY["transfer"]["source"]
 TARGETS = STUDY["transfer"]["cross_dataset"] + STUDY["transfer"]["domain_generalization"]
 PROFILED = config["profile"]["dataset"]
 ROLES = f"roles/{PROFILED}/roles.parquet"
-BACKBONE = ["backbone/model.pt", "backbone/card.json"]
+BACKBONE = "backbone"  # card.json, and model.pt when trained here (real weights are used where they lie)
 WORLD = "world/card.json"
 
 wildcard_constraints:

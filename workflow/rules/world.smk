@@ -18,7 +18,7 @@ rule backbone:
         code=code(*MODEL, "dear/stages/backbone.py", "dear/data"),
         world=WORLD,
     output:
-        BACKBONE,
+        directory(BACKBONE),
     params:
         section=section("world", "model", "backbone"),
     log:
