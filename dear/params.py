@@ -101,6 +101,12 @@ class BackboneSanity(Section):
         ge=1, description="a seeded sample of at most this many test images per set; null = all of them")
 
 
+class Augmentation(Section):
+    crop_scale: list[float] = Field(min_length=2, max_length=2, description="random resized crop area range")
+    flip_prob: float = Field(ge=0.0, le=1.0, description="probability of a horizontal flip")
+    interpolation: Literal["bicubic", "bilinear"] = Field(description="resize filter, train and test")
+
+
 class Backbone(Section):
     seed: int = Field(description="seed of the initial weights")
     steps: int = Field(ge=1, description="optimizer steps (fixed count: results never depend on machine speed)")
@@ -114,6 +120,9 @@ class Backbone(Section):
     threads: int = Field(ge=1, description="torch CPU threads (results are bitwise reproducible per thread count)")
     eval_batch_size: int = Field(ge=1, description="batch size of the zero-shot sanity evaluation")
     sanity: BackboneSanity
+    augmentation: Augmentation = Field(
+        description="random resized crop and flip of every corpus image (crop [1.0, 1.0] and flip 0: none), so that "
+                    "the downstream training augmentation stays in the backbone's distribution")
     twin_fraction: float = Field(ge=0.0, le=1.0, description="share of each batch made of twin scenes differing in one attribute")
     twin_weights: dict[str, float] = Field(description="how often twins differ in position, shape, texture, color")
 
@@ -152,12 +161,6 @@ class Mmrl(Section):
         ge=1, description="first image and text layer (1-based) with representation tokens; null = half the depth "
                           "(ViT-B/16: 6, MMRL REP_LAYERS 6-12)")
     d_r: int = Field(ge=1, description="width of the shared representation space (MMRL REP_DIM)")
-
-
-class Augmentation(Section):
-    crop_scale: list[float] = Field(min_length=2, max_length=2, description="random resized crop area range")
-    flip_prob: float = Field(ge=0.0, le=1.0, description="probability of a horizontal flip")
-    interpolation: Literal["bicubic", "bilinear"] = Field(description="resize filter, train and test")
 
 
 class Recipe(Section):

@@ -165,3 +165,17 @@ def test_a_weights_file_is_used_in_place_and_checked_by_every_later_load(built, 
 def test_unknown_tag_fails_in_one_line():
     with pytest.raises(DearError, match="has no weights 'nonsense'"):
         clip.create_model("dear-world-tiny", "nonsense")
+
+
+def test_corpus_augmentation_is_seeded_per_step_and_off_when_asked(params):
+    from dear.model.pretrain import augmentation, augmented
+    from dear.params import Augmentation
+
+    pixels = torch.rand(4, 3, 32, 32)
+    augment = augmentation(Augmentation(crop_scale=[0.5, 1.0], flip_prob=0.5, interpolation="bicubic"), 32)
+    first, again = augmented(pixels, augment, 0, 7), augmented(pixels, augment, 0, 7)
+    assert first.shape == pixels.shape and torch.equal(first, again)
+    assert not torch.equal(first, augmented(pixels, augment, 0, 8)) and not torch.equal(first, pixels)
+    assert 0.0 <= float(first.min()) and float(first.max()) <= 1.0
+    off = augmentation(Augmentation(crop_scale=[1.0, 1.0], flip_prob=0.0, interpolation="bicubic"), 32)
+    assert off is None and augmented(pixels, off, 0, 7) is pixels

@@ -203,14 +203,14 @@ def test_trainable_parameters_per_method(clip):
     # dear: R [5, 16] + vision aligners of the last third (layer 3 of 3) + text aligners (layer 2 of 2) + P_attr [64, 32];
     # the fusion weights are refit by `fuse`, not trained, under the mmrl objective
     dear = 5 * 16 + aligner(64) + aligner(64) + 64 * 32
-    # mmrl: R [5, 16] + aligners from half the depth (image layers 1-3, text layers 1-2) + proj_rep [64, 32]
-    mmrl = 5 * 16 + 3 * aligner(64) + 2 * aligner(64) + 64 * 32
+    # mmrl: R [5, 16] + aligners of the upper half (image layers 2-3, text layers 1-2) + proj_rep [64, 32]
+    mmrl = 5 * 16 + 2 * aligner(64) + 2 * aligner(64) + 64 * 32
     assert counts == {"zeroshot": 0, "coop": 4 * 64, "mmrl": mmrl, "dear_nomask": dear, "dear": dear}
 
 
 def test_mmrl_pools_its_tokens_into_one_stream_with_a_random_projection(clip, images):
     model = Adapted(clip, tokenize, spec("mmrl"), TEMPLATE)
-    assert model.method.stream_names() == ["cls", "rep"] and model.start == 1
+    assert model.method.stream_names() == ["cls", "rep"] and (model.start, model.text_start) == (2, 1)
     torch.testing.assert_close(model.alpha, torch.tensor([0.7, 0.3]))
     assert not torch.allclose(model.p_attr, internals.image_projection(clip))
     with torch.no_grad():

@@ -343,7 +343,9 @@ def tiny_params() -> dict[str, dict]:
             "seed": 0, "steps": 300, "batch_size": 32, "lr": 2.0e-3, "weight_decay": 0.1, "warmup_fraction": 0.05,
             "init_temperature": 0.07,
             "precision": "fp32", "threads": 1, "eval_batch_size": 256,
-            "sanity": {"enabled": True, "max_images_per_set": None}, "twin_fraction": 0.0,
+            "sanity": {"enabled": True, "max_images_per_set": None},
+            "augmentation": {"crop_scale": [1.0, 1.0], "flip_prob": 0.0, "interpolation": "bicubic"},
+            "twin_fraction": 0.0,
             "twin_weights": {"position": 0.35, "shape": 0.35, "texture": 0.2, "color": 0.1},
         },
     }

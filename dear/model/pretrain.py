@@ -53,9 +53,11 @@ def _train(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tup
     mean, std = normalizer(model)
     model.train()
     history, running = [], 0.0
+    augment = augmentation(backbone.augmentation, world.image_size)
     for step in track(range(backbone.steps), "pretraining"):
         images, captions = world_data.corpus_batch(world, backbone, step, excluded)
-        pixels = (torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0 - mean) / std   # [B, 3, H, W]
+        pixels = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0                # [B, 3, H, W]
+        pixels = (augmented(pixels, augment, backbone.seed, step) - mean) / std
         tokens = tokenizer(captions)                                                          # [B, T]
         for group in optimizer.param_groups:
             group["lr"] = schedule(step)
@@ -68,6 +70,29 @@ def _train(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tup
             running = 0.0
     model.eval()
     return history
+
+
+def augmentation(aug, size: int):
+    """The corpus images' random resized crop and flip (None when both are off)."""
+    from torchvision import transforms as T
+
+    from dear.train.data import INTERPOLATION
+
+    if tuple(aug.crop_scale) == (1.0, 1.0) and aug.flip_prob == 0.0:
+        return None
+    return T.Compose([T.RandomResizedCrop(size, scale=tuple(aug.crop_scale), interpolation=INTERPOLATION[aug.interpolation]),
+                      T.RandomHorizontalFlip(aug.flip_prob)])
+
+
+def augmented(pixels: torch.Tensor, augment, seed: int, step: int) -> torch.Tensor:
+    """Each image of a corpus batch [B, 3, H, W] (0..1) cropped and flipped on its own, seeded by (seed, step)."""
+    if augment is None:
+        return pixels
+    from dear.train.data import derived_seed
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derived_seed(seed, step))
+        return torch.stack([augment(image) for image in pixels]).clamp_(0.0, 1.0)
 
 
 def contrastive_step(model, optimizer, pixels: torch.Tensor, tokens: torch.Tensor, precision: str,
