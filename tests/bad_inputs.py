@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # fake_coop, as pytest's rootdir confte
 
 from dear.cli import app  # noqa: E402
 from dear.data.manifest import FEWSHOT_SCHEMA, MANIFEST_SCHEMA  # noqa: E402
-from dear.io import write_parquet  # noqa: E402
+from dear.io import sha256_file, write_parquet  # noqa: E402
 from fake_coop import make_fake_dataset, write_params  # noqa: E402
 from tests import fake_run  # noqa: E402
 
@@ -416,9 +416,11 @@ def _crafted(name: str) -> Callable[[Inputs, Path, pytest.MonkeyPatch], None]:
     def setup(inputs: Inputs, here: Path, patch) -> None:
         target = here / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        if name.endswith("model.pt") and "backbone" in name:
-            shutil.copy(inputs.backbone / "card.json", target.parent / "card.json")
         torch.save({"format": "dear-trained/1", "meta": "{}", "state": {"w": _Pwn(here / MARKER)}}, target)
+        if name.endswith("model.pt") and "backbone" in name:  # a shared backbone folder: its card vouches for it
+            card = json.loads((inputs.backbone / "card.json").read_text())
+            card["sha256"] = sha256_file(target)
+            (target.parent / "card.json").write_text(json.dumps(card))
     return setup
 
 

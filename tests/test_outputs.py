@@ -163,6 +163,7 @@ def test_a_read_only_output_is_found_before_training(tmp_path, monkeypatch):
 
 def test_the_refit_never_lowers_validation_accuracy():
     from dear import evaluation
+    from dear.params import Compute
     from dear.stages.fuse import choose_alpha, fit_alpha
 
     generator = torch.Generator().manual_seed(0)
@@ -198,10 +199,12 @@ def test_checkpoint_rng_states_survive_a_weights_only_load(tmp_path):
 
 def test_a_worker_error_stays_one_line(tmp_path):
     from dear import evaluation
+    from dear.params import Compute
 
     images = evaluation.ImageSet(paths=[str(tmp_path / "bad.png")], labels=[0], classnames=["x"])
     (tmp_path / "bad.png").write_bytes(b"not an image")
     model = SimpleNamespace(device=torch.device("cpu"), image_features=lambda pixels: pixels)
     with pytest.raises(DearError) as raised:
-        evaluation.encode_images(model, images, lambda image: torch.zeros(1), 1, 1, "test")
+        evaluation.encode_images(model, images, lambda image: torch.zeros(1), 1,
+                                 Compute(device="cpu", precision="fp32", workers=1), "test")
     assert str(raised.value).startswith(f"{tmp_path / 'bad.png'}: not a readable image") and "Traceback" not in str(raised.value)
