@@ -7,6 +7,7 @@ line and exits 1; `--debug` shows the traceback instead.
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import logging
 import os
@@ -50,16 +51,25 @@ def _run_stage(name: str, params: Path, log: Optional[Path], inputs: dict, outpu
     With {seed} in its paths, the stage runs once per seed in this one process:
     a job of several seeds pays the imports (~5 s of torch, torchvision and
     open_clip on 2 cores) once. The params file is validated before the stage's
-    (heavy) imports, and a `DearError` anywhere becomes one line on stderr and
+    (heavy) imports, every output location of every seed is checked before the
+    first seed's work starts (a read-only folder is found in seconds, not after
+    a training run), and a `DearError` anywhere becomes one line on stderr and
     exit code 1.
     """
-    _configure_logging(log)
     os.environ["HF_HUB_OFFLINE"] = "1"  # stages never try the network (`dear fetch-weights` does, on purpose)
+    logging_to_file = False
     try:
+        _check_log_outside(log, outputs.get("folder"))
+        _configure_logging(log)
+        logging_to_file = log is not None
         loaded = load_params(params)
         stage_problems(loaded, name, str(params))  # every problem of this stage's params, before torch loads
         runs = seed_runs(inputs, outputs, seeds, loaded.data.seeds)
         stage = importlib.import_module(f"dear.stages.{name}")
+        from dear.io import check_outputs
+
+        for _, _, seed_outputs in runs:  # every seed's outputs, before the first seed's work
+            check_outputs(stage.Outputs(**seed_outputs))
         for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
             if len(runs) > 1:
                 logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
@@ -67,7 +77,7 @@ def _run_stage(name: str, params: Path, log: Optional[Path], inputs: dict, outpu
     except DearError as err:
         if _state["debug"]:
             raise
-        _print_errors(err, log)
+        _print_errors(err, log if logging_to_file else None)
         raise typer.Exit(code=1)
 
 
@@ -79,6 +89,16 @@ def _print_errors(err: DearError, log: Optional[Path] = None) -> None:
     if log is not None:
         with open(log, "a") as handle:
             handle.write("".join(f"{line}\n" for line in lines))
+
+
+def _check_log_outside(log: Optional[Path], folder: Optional[Path]) -> None:
+    """A stage replaces its output folder as a whole: a log inside it would be lost (any seed's, for {seed})."""
+    if log is None or folder is None:
+        return
+    pattern = str(Path(folder).resolve()).replace(SEED, "*")
+    if any(fnmatch.fnmatchcase(str(parent), pattern) for parent in Path(log).resolve().parents):
+        raise DearError(f"--log {log}: inside the output folder {folder}, which the stage replaces as a whole; "
+                        "put the log elsewhere (e.g. logs/)")
 
 
 def seed_runs(inputs: dict, outputs: dict, seeds: Optional[List[int]], default: list[int]) -> list[tuple]:
@@ -143,8 +163,12 @@ def _configure_logging(log: Optional[Path]) -> None:
         handler.close()
     handlers: list[logging.Handler] = [_Stderr()]
     if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log, mode="w"))
+        from dear.io import check_output_file, filesystem_errors
+
+        check_output_file(log)
+        with filesystem_errors(log):
+            log.parent.mkdir(parents=True, exist_ok=True)
+            handlers.append(logging.FileHandler(log, mode="w"))
     formatter = logging.Formatter("%(asctime)s %(name)s: %(message)s")
     for handler in handlers:
         handler.setFormatter(formatter)

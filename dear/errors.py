@@ -19,3 +19,15 @@ class Problems(DearError):
     def __init__(self, lines: list[str]):
         super().__init__("; ".join(lines))
         self.lines = [" ".join(str(line).split()) for line in lines]
+
+
+def from_workers(batches):
+    """Iterate a DataLoader keeping a worker's `DearError` one line.
+
+    torch re-raises an exception of a loader worker with the worker's
+    traceback prepended to its message; only our own line is kept.
+    """
+    try:
+        yield from batches
+    except DearError as err:
+        raise DearError(str(err).rpartition("DearError: ")[2]) from None

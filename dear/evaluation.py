@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import torch
-from PIL import Image
 
 from dear import device as devices
+from dear.data.manifest import check_images_exist, read_rgb, select
 from dear.data.manifest import classnames as manifest_classnames
-from dear.data.manifest import select
-from dear.errors import DearError
+from dear.errors import DearError, from_workers
 from dear.model import internals as oc
 from dear.params import Compute
 from dear.progress import track
@@ -48,6 +47,7 @@ def image_set(table: pa.Table, manifest: pa.Table, split: str | None, subset: st
         raise DearError(f"{source}: no {fewshot_split or split} images of the {subset} classes; rerun `dear prepare`")
     label_column = "label" if subset == "all" else "subset_label"
     names = manifest_classnames(manifest, subset=None if subset == "all" else subset)
+    check_images_exist(rows["path"].to_pylist(), source, f"{fewshot_split or split} image")
     return ImageSet(paths=rows["path"].to_pylist(), labels=rows[label_column].to_pylist(), classnames=names)
 
 
@@ -59,8 +59,7 @@ class _Images(torch.utils.data.Dataset):
         return len(self.paths)
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        with Image.open(self.paths[index]) as image:
-            return self.transform(image.convert("RGB"))  # [3, S, S]
+        return self.transform(read_rgb(self.paths[index]))  # [3, S, S]
 
 
 def eval_transform(adapted, augmentation):
@@ -77,7 +76,7 @@ def encode_images(adapted, images: ImageSet, transform, batch_size: int, compute
     loader = torch.utils.data.DataLoader(_Images(images.paths, transform), batch_size=batch_size,
                                          num_workers=compute.workers, pin_memory=device.type == "cuda")
     chunks = []
-    for pixels in track(loader, description, total=len(loader)):
+    for pixels in track(from_workers(loader), description, total=len(loader)):
         with devices.autocast(device, compute.precision):
             chunks.append(adapted.image_features(pixels.to(device, non_blocking=True)).float().cpu())
     return torch.cat(chunks)

@@ -1,20 +1,32 @@
-"""Atomic writes, Parquet with explicit schemas, hashing and provenance.
+"""Atomic writes, whole-folder outputs, Parquet with explicit schemas, hashing and provenance.
 
 Every file the pipeline produces goes through `atomic_path`: it is written to
 a temporary sibling and renamed into place, so a stage killed at any moment
 leaves the previous file or none, never a truncated one that looks valid.
+A stage that writes a folder builds it in a hidden staging sibling
+(`output_folder`) that replaces the old folder in one step: its files appear
+all at once or not at all, and no file of an earlier run survives beside them.
+Output locations are checked before a stage starts its work
+(`check_outputs`), and filesystem failures become one-line `DearError`s.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import dataclasses
+import errno
+import fnmatch
+import glob
 import hashlib
 import json
 import os
 import platform
+import shutil
+import signal
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,21 +38,53 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+KILL_ENV = "DEAR_TEST_KILL_AT"
+
+
+class _FaultPoints:
+    """Fault-injection hook of the tests: the moments where an interruption could leave damage.
+
+    Every file write (`atomic_path`, just before its rename) and every folder
+    swap (`output_folder`, before and in the middle of it) passes a point. With
+    DEAR_TEST_KILL_AT=N in the environment the process SIGKILLs itself at its
+    N-th point, a file being written first cut to half its length, as a kill
+    in the middle of writing it would leave it. Unset, a point costs one
+    dictionary lookup.
+    """
+
+    def __init__(self):
+        self.passed = 0
+
+    def point(self, writing: Path | None = None) -> None:
+        self.passed += 1
+        if os.environ.get(KILL_ENV) != str(self.passed):
+            return
+        if writing is not None and writing.is_file():
+            os.truncate(writing, writing.stat().st_size // 2)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+FAULTS = _FaultPoints()
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; rename it onto `path` on success.
 
     On any exception (or a kill before the rename) the temporary file is the
-    only thing touched, and it is removed when the exception unwinds.
+    only thing touched, and it is removed when the exception unwinds; a kill
+    leaves it hidden (`.<name>.*.tmp`), and the next write of `path` removes it.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(path.parent, leftovers_of(path))
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; outputs get the usual permissions
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp
+        FAULTS.point(tmp)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -48,6 +92,196 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def leftovers_of(path: Path) -> str:
+    """Glob of the temporaries of `path` in its folder: `.<name>.<random>.tmp`, files and staging folders alike."""
+    return f".{glob.escape(path.name)}.*.tmp"
+
+
+def remove_leftovers(folder: Path, pattern: str) -> None:
+    """Delete what a killed earlier write left in `folder` (hidden temporaries matching `pattern`)."""
+    if not folder.is_dir():
+        return
+    for stale in folder.glob(pattern):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
+# --- whole-folder outputs ------------------------------------------------------
+
+KEPT = (".gitignore",)  # what others put in an output folder (DVC's .gitignore) and a rerun keeps
+
+
+@contextlib.contextmanager
+def output_folder(folder: str | os.PathLike, owns: Iterable[str]) -> Iterator[Path]:
+    """Yield an empty staging folder; on success it replaces `folder` as a whole.
+
+    `owns` are glob patterns of the entries the stage writes there; an existing
+    `folder` holding anything else is refused (`check_output_folder`), so a
+    mistyped --out never deletes someone's files. The swap is one
+    `renameat2(RENAME_EXCHANGE)` where the filesystem supports it (old or new,
+    never neither), else two renames; the old tree is removed last. On an
+    exception the staging folder is removed and the old folder is untouched;
+    a filesystem error becomes a one-line `DearError` naming `folder`.
+    """
+    folder = Path(folder)
+    if folder.is_symlink():  # a link to a folder elsewhere (scratch space): replace the folder it points to
+        folder = folder.resolve()
+    check_output_folder(folder, owns)
+    staging = None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+        os.chmod(staging, 0o777 & ~_UMASK)  # mkdtemp makes 0700
+        yield staging
+        for name in KEPT:
+            if (folder / name).is_file():
+                shutil.copy2(folder / name, staging / name)
+        FAULTS.point()
+        _swap_into_place(staging, folder)
+    except OSError as err:
+        if staging is not None and isinstance(err.filename, str) and err.filename.startswith(str(staging)):
+            err.filename = str(folder) + err.filename[len(str(staging)):]  # name the file as the user will see it
+        raise DearError(filesystem_message(folder, err)) from err
+    finally:
+        if staging is not None and staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def filesystem_errors(path: Path) -> Iterator[None]:
+    """Turn an OSError of writing `path` into a one-line `DearError` (disk full, read-only, ...)."""
+    try:
+        yield
+    except OSError as err:
+        raise DearError(filesystem_message(Path(path), err)) from err
+
+
+def _swap_into_place(staging: Path, target: Path) -> None:
+    """Put `staging` at `target`; what was at `target` ends up at `staging` (removed by the caller)."""
+    _fsync_dir(staging)
+    if not target.exists():
+        os.rename(staging, target)
+        _fsync_dir(target.parent)
+        return
+    if not _exchange(staging, target):
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        os.rename(target, old / target.name)
+        FAULTS.point()
+        os.rename(staging, target)
+        os.rename(old, staging)  # the caller removes `staging`: now the old tree
+    _fsync_dir(target.parent)
+    FAULTS.point()
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+_RENAME_EXCHANGE, _AT_FDCWD = 2, -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2); False where the system or filesystem cannot."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def check_outputs(outputs: Any) -> None:
+    """Check every output path of a stage's `Outputs` before its work starts (one line if one is unusable).
+
+    A field named `folder` is an output folder holding `Outputs.FILES`; any
+    other path field is an output file; None is skipped.
+    """
+    for field in dataclasses.fields(outputs):
+        value = getattr(outputs, field.name)
+        if value is None:
+            continue
+        if field.name == "folder":
+            check_output_folder(Path(value), getattr(outputs, "FILES", ("*",)))
+        else:
+            check_output_file(Path(value))
+
+
+def check_output_folder(folder: Path, owns: Iterable[str]) -> None:
+    """`folder` can be (re)placed: no file in the way, a writable parent, nothing in it the stage did not write."""
+    folder = Path(folder).resolve() if Path(folder).is_symlink() else Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise DearError(f"{folder}: exists and is not a folder; remove it or choose another output folder")
+    _check_parent_writable(folder)
+    if folder.is_dir():
+        owns = (*owns, *KEPT, ".*.tmp")  # .*.tmp: a killed atomic write of an earlier version
+        foreign = sorted(entry.name for entry in os.scandir(folder)
+                         if not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in owns))
+        if foreign:
+            raise DearError(f"{folder}: holds {foreign[0]!r} ({len(foreign)} such entries), which this stage does not "
+                            "write; the stage replaces the whole folder, so move them away or choose another folder")
+        _probe(folder, folder)  # the old files are deleted after the swap
+
+
+def check_output_file(path: Path) -> None:
+    """`path` can be written: not a folder, its folder creatable and writable."""
+    path = Path(path)
+    if path.is_dir():
+        raise DearError(f"{path}: is a folder, not a file; remove it or choose another output path")
+    _check_parent_writable(path)
+
+
+def _check_parent_writable(path: Path) -> None:
+    """Probe the nearest existing ancestor of `path` by making (and removing) a hidden folder in it.
+
+    The probe is the check root, EROFS and ACLs cannot fool (unlike os.access);
+    its name is that of a staging leftover, so a kill right here leaves
+    nothing the next run does not remove.
+    """
+    remove_leftovers(path.parent, leftovers_of(path))
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        if ancestor.is_symlink():
+            raise DearError(f"{path}: {ancestor} is a broken symbolic link; fix or remove it")
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise DearError(f"{path}: cannot be created, {ancestor} is a file, not a folder; "
+                        "remove that file or choose another output path")
+    _probe(path, ancestor)
+
+
+def _probe(path: Path, folder: Path) -> None:
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder))
+    except OSError as err:
+        raise DearError(f"{path}: cannot write in {folder} ({_why(err)}); make it writable "
+                        "or choose another output path") from err
+
+
+def filesystem_message(path: Path, err: OSError) -> str:
+    """One line for a filesystem failure while writing `path`: what happened and what to do."""
+    what = _why(err) + (f": {err.filename}" if err.filename is not None else "")
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        advice = "free space and rerun the same command"
+    elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        advice = "make it writable or choose another output path"
+    else:
+        advice = "fix the path or choose another one, then rerun the same command"
+    return f"{path}: writing failed ({what}); {advice}; its previous content is kept"
+
+
+def _why(err: OSError) -> str:
+    """The cause in words that do not depend on who runs (root meets EPERM where others meet EACCES)."""
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return "not writable"
+    if err.errno == errno.EROFS:
+        return "read-only filesystem"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full"
+    return err.strerror or str(err) or type(err).__name__
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -117,6 +351,28 @@ def read_parquet(path: str | os.PathLike, schema: pa.Schema | None = None) -> pa
 def read_provenance(path: str | os.PathLike) -> dict:
     metadata = pq.read_schema(path).metadata or {}
     return json.loads(metadata.get(PROVENANCE_KEY, b"{}"))
+
+
+def load_torch(path: str | os.PathLike) -> Any:
+    """`torch.load` that never runs code from the file: tensors, containers, numbers and strings only.
+
+    A pickle can call any Python function while it loads; `weights_only=True`
+    refuses every global outside torch's allow-list before it is called. A
+    file refused for asking for one is a `DearError` naming it; a damaged one
+    raises what torch raises (callers word those themselves).
+    """
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if not any(sign in str(err) for sign in ("GLOBAL", "unrecognized function", "Unsupported class")):
+            raise  # damaged or not a pickle at all: refused all the same, the caller words it
+        raise DearError(f"{path}: holds Python objects other than tensors, numbers and strings, so loading it "
+                        "could run code; refused: use a file written by dear, or a plain state dict, "
+                        "from a source you trust") from None
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import sys
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dear.errors import DearError
 
@@ -26,9 +26,14 @@ DEFAULT_PATH = "params.yaml"
 
 
 class Section(BaseModel):
-    """Base of every section: strict types, unknown keys rejected, frozen."""
+    """Base of every section: strict types, unknown keys rejected, frozen, every float finite.
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    `allow_inf_nan=False` reaches every float of every section, in lists and
+    mappings too: YAML's `.inf` / `.nan` would pass `gt=0` and train a model
+    of NaNs.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 # --- data: which datasets, where they live, how they are checked ---------------
@@ -38,7 +43,8 @@ class Data(Section):
         description="embedded: the packaged emoji world under `root`; coop: real datasets in CoOp's layout")
     root: str = Field(description="folder holding one sub-folder per dataset, in CoOp's layout")
     datasets: list[str] = Field(description="datasets the pipeline prepares (folder names of DATASETS.md)")
-    seeds: list[int] = Field(description="few-shot seeds; every seed gets its own few-shot table and runs")
+    seeds: list[Annotated[int, Field(ge=0)]] = Field(
+        min_length=1, description="few-shot seeds, distinct, >= 0; every seed gets its own few-shot table and runs")
     shots: int = Field(ge=1, description="training shots per class")
     val_shots: int = Field(ge=0, description="validation shots per class: min(shots, val_shots) (CoOp: 4)")
     verify: Literal["decode", "exists", "none"] = Field(
@@ -47,6 +53,14 @@ class Data(Section):
     hash_content: bool = Field(description="record each image's sha256 in the manifest (reads every byte)")
     workers: int = Field(ge=1, description="parallel workers for image verification")
     max_listed: int = Field(ge=1, description="how many bad files an error names before it counts the rest")
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, seeds: list[int]) -> list[int]:
+        repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+        if repeated:
+            raise ValueError(f"seed {repeated[0]} is listed twice; list each seed once")
+        return seeds
 
 
 # --- world: the embedded emoji image-text world (dear world) -------------------
@@ -418,9 +432,9 @@ def _expected_type(loc: tuple) -> str:
     model: Any = Params
     annotation: Any = Params
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) or typing.get_origin(annotation) is dict:  # a list item or a mapping's value
             args = typing.get_args(annotation)
-            annotation = args[0] if args else annotation
+            annotation = args[-1] if args else annotation
             model = annotation
             continue
         fields = getattr(model, "model_fields", {})
@@ -433,6 +447,8 @@ def _expected_type(loc: tuple) -> str:
 
 def _describe(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _describe(typing.get_args(annotation)[0])
     if origin is Literal:
         return "one of " + " | ".join(str(v) for v in typing.get_args(annotation))
     if origin in (list, tuple):

@@ -99,8 +99,8 @@ def test_evaluate_counts_every_test_image_once(project):
         test_fuse_reads_only_validation_shots(project, pytest.MonkeyPatch())
     invoke("evaluate", "--params", params, "--model", run / "model.pt", "--fusion", run / "fusion.json",
            "--source", root / "data/world_objects", "--classes", "base", "--data", root / "data",
-           "--backbone", root / "backbone", "--out", run)
-    table = pq.read_table(run / "eval.parquet").to_pandas()
+           "--backbone", root / "backbone", "--out", run.parent / "eval")  # a folder of its own: it is replaced whole
+    table = pq.read_table(run.parent / "eval" / "eval.parquet").to_pandas()
     manifest = read_manifest(root / "data/world_objects").to_pandas()
     test = manifest[manifest["split"] == "test"]
     # the method's output, then each stream's own predictions: CLS and DeAR's five attribute streams
@@ -113,7 +113,7 @@ def test_evaluate_counts_every_test_image_once(project):
     output, cls = (table[table["stream"] == name].reset_index(drop=True) for name in ("output", "cls"))
     novel = output["split"] == "novel"  # fusion.novel: cls (MMRL's decoupled inference)
     assert output.loc[novel, "correct"].tolist() == cls.loc[novel, "correct"].tolist()
-    metrics = json.loads((run / "metrics.json").read_text())
+    metrics = json.loads((run.parent / "eval" / "metrics.json").read_text())
     assert set(metrics["base_to_novel"]["world_objects"]) == {"base", "novel", "hm"}
 
 

@@ -129,10 +129,10 @@ def test_nan_loss_stops_with_the_step_keeps_the_checkpoint_and_resume_is_exact(w
 
     objective = trainer.objective
     monkeypatch.setattr(trainer, "objective", poisoned)
-    with pytest.raises(DearError, match=r"step 5: the loss is not finite.*train.lr.*checkpoint"):
+    with pytest.raises(DearError, match=r"step 5: the loss is not finite.*train.recipes.*checkpoint"):
         train(world, tmp_path / "run")
     assert not (tmp_path / "run" / "model.pt").exists()
-    assert torch.load(tmp_path / "run.ckpt", weights_only=False)["step"] == 4
+    assert torch.load(tmp_path / "run.ckpt", weights_only=True)["step"] == 4
     monkeypatch.setattr(trainer, "objective", objective)
     train(world, tmp_path / "run")
     assert (tmp_path / "run" / "model.pt").read_bytes() == (reference / "model.pt").read_bytes()
@@ -174,7 +174,7 @@ def test_full_disk_on_checkpoint_write_keeps_the_previous_checkpoint(world, tmp_
     with pytest.raises(DearError, match="disk is full.*previous checkpoint is kept"):
         train(world, tmp_path / "run")
     monkeypatch.undo()
-    assert torch.load(tmp_path / "run.ckpt", weights_only=False)["step"] == 2
+    assert torch.load(tmp_path / "run.ckpt", weights_only=True)["step"] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]  # no temporary file, no outputs
 
 

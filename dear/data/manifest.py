@@ -107,3 +107,25 @@ def classnames(table: pa.Table, subset: str | None = None) -> list[str]:
         raise DearError(f"manifest: labels of subset {subset or 'all'} are not 0..n-1 with one name each; "
                         "rerun `dear prepare`")
     return names
+
+
+# --- the images a table lists ---------------------------------------------------------
+
+def check_images_exist(paths: list[str], source: str | Path, what: str = "image", max_listed: int = 3) -> None:
+    """Every listed image is a file, checked before any work: one line naming the first missing ones."""
+    missing = [str(path) for path in paths if not Path(path).is_file()]
+    if missing:
+        raise DearError(f"{source}: {len(missing)} {what}(s) not found, e.g. {missing[:max_listed]}; "
+                        "run from the folder the paths are relative to, or restore them and rerun `dear prepare`")
+
+
+def read_rgb(path: str | Path):
+    """The image at `path` as an RGB PIL image; a missing or undecodable file is one line naming it."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except OSError as err:  # missing, truncated, not an image (PIL's UnidentifiedImageError is an OSError)
+        raise DearError(f"{path}: not a readable image ({' '.join(str(err).split()) or type(err).__name__}); "
+                        "restore it, or rerun `dear prepare` (data.skip_bad: true drops unreadable files)") from None

@@ -20,10 +20,9 @@ from typing import Any, Callable
 
 import open_clip
 import torch
-from open_clip.factory import load_state_dict
 
 from dear.errors import DearError
-from dear.io import sha256_file
+from dear.io import load_torch, sha256_file
 from dear.model import weights
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
@@ -110,7 +109,9 @@ def load_weights(model: torch.nn.Module, path: str | Path, arch: str) -> None:
     if not path.is_file():
         raise DearError(f"{path}: weights file not found; pass an existing file as model.pretrained")
     try:
-        state = load_state_dict(str(path))
+        state = read_state_dict(path)
+    except DearError:
+        raise
     except Exception as err:  # torch.load raises many types on a corrupt or foreign file
         raise DearError(f"{path}: not a readable weights file ({type(err).__name__}); expected a state dict "
                         f"or open_clip checkpoint of {arch}") from err
@@ -132,6 +133,24 @@ def _as_model_keys(model: torch.nn.Module, state: dict) -> dict:
         state["logit_scale"] = scale.reshape(model.logit_scale.shape)
     if "text.transformer.embeddings.position_ids" not in model.state_dict():
         state.pop("text.transformer.embeddings.position_ids", None)
+    return state
+
+
+def read_state_dict(path: Path) -> dict:
+    """A state dict from a .safetensors file, a state dict or an open_clip training checkpoint.
+
+    open_clip's `load_state_dict` unwrapped the same layouts, but falls back
+    to a `torch.load` without `weights_only` on a TypeError; ours never runs
+    code from the file (`dear.io.load_torch`).
+    """
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path), device="cpu")
+    checkpoint = load_torch(path)
+    state = checkpoint["state_dict"] if isinstance(checkpoint, dict) and "state_dict" in checkpoint else checkpoint
+    if isinstance(state, dict) and state and all(isinstance(k, str) and k.startswith("module.") for k in state):
+        state = {key.removeprefix("module."): value for key, value in state.items()}  # saved from DataParallel
     return state
 
 

@@ -18,9 +18,9 @@ from typing import Iterator
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 
 from dear import device as devices
+from dear.data.manifest import read_rgb
 from dear.io import read_json
 from dear.model.zeroshot import ZeroShotClassifier
 from dear.progress import track
@@ -70,8 +70,7 @@ def pixel_batches(paths: list[Path], preprocess, batch_size: int) -> Iterator[to
     for start in range(0, len(paths), batch_size):
         tensors = []
         for path in paths[start:start + batch_size]:
-            with Image.open(path) as image:
-                tensors.append(preprocess(image.convert("RGB")))
+            tensors.append(preprocess(read_rgb(path)))
         yield torch.stack(tensors)
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import torch
 
 from dear.errors import DearError
-from dear.io import read_parquet, sha256_file, write_bytes
+from dear.io import load_torch, read_parquet, sha256_file, write_bytes
 from dear.model import internals as oc
 from dear.model.dear import Adapted
 from dear.model.masks import HeadRole, roles_from_rows
@@ -67,11 +67,18 @@ def read_trained(path: Path) -> dict:
     if not Path(path).is_file():
         raise DearError(f"{path}: trained model not found; run `dear train` first")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=False)
+        payload = load_torch(path)
+    except DearError:
+        raise
     except Exception as err:  # torch raises many types on a damaged file
         raise DearError(f"{path}: not a readable model.pt ({type(err).__name__}); delete it and rerun `dear train`") from err
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT or not isinstance(payload.get("state"), dict):
         raise DearError(f"{path}: not a model.pt written by `dear train` ({FORMAT}); rerun `dear train`")
+    broken = [name for name, tensor in payload["state"].items()
+              if isinstance(tensor, torch.Tensor) and not torch.isfinite(tensor).all()]
+    if broken:
+        raise DearError(f"{path}: the learned tensor {broken[0]} holds NaN or inf ({len(broken)} such tensors), so "
+                        "every prediction would be garbage; retrain with a lower learning rate (train.recipes.*.lr)")
     return {**json.loads(payload["meta"]), "state": payload["state"]}
 
 

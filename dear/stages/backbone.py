@@ -16,13 +16,15 @@ import dataclasses
 import io
 import logging
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
 from dear import device as devices
 from dear.data import world as world_data
+from dear.data.manifest import check_images_exist
 from dear.errors import DearError
-from dear.io import provenance, read_json, sha256_file, sha256_json, versions, write_bytes, write_json
+from dear.io import output_folder, provenance, read_json, sha256_file, sha256_json, versions, write_bytes, write_json
 from dear.model import clip, weights
 from dear.model.pretrain import pretrain
 from dear.model.sanity import world_zero_shot
@@ -39,6 +41,7 @@ class Inputs:
 @dataclasses.dataclass(frozen=True)
 class Outputs:
     folder: Path
+    FILES: ClassVar[tuple[str, ...]] = ("model.pt", "card.json")
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
@@ -59,30 +62,27 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                                  params.world.seed, params.compute.precision)
     else:
         log.info("zero-shot sanity check off (backbone.sanity.enabled: false)")
-    folder = Path(outputs.folder)
-    if weights_path is None:  # trained here: the weights live in the backbone folder
-        write_bytes(folder / "model.pt", state_dict_bytes(model))
-        recorded, sha = "model.pt", sha256_file(folder / "model.pt")
-    else:  # real weights: used where they lie, hashed, never copied
-        recorded, sha = str(weights_path), sha256_file(weights_path)
-    card = {
-        "arch": arch,
-        "model_config": config,
-        "source": _source(params.model.pretrained),
-        "pretrained": params.model.pretrained,
-        "weights": {"path": recorded, "sha256": sha, "copied_here": weights_path is None},
-        "sha256": sha,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "versions": {key: value for key, value in versions().items() if key in ("torch", "open_clip_torch", "dear")},
-        "device": str(device),
-        "training": training,
-        "sanity": sanity,
-        "provenance": provenance({"model": params.model, "backbone": params.backbone, "world": params.world},
-                                 inputs=_world_input(inputs, sanity_on), seed=params.backbone.seed),
-    }
-    write_json(folder / "card.json", card)
-    if weights_path is not None:
-        (folder / "model.pt").unlink(missing_ok=True)  # an earlier embedded run's weights are not this card's
+    with output_folder(outputs.folder, Outputs.FILES) as folder:  # real weights: no model.pt of an earlier run stays
+        if weights_path is None:  # trained here: the weights live in the backbone folder
+            write_bytes(folder / "model.pt", state_dict_bytes(model))
+            recorded, sha = "model.pt", sha256_file(folder / "model.pt")
+        else:  # real weights: used where they lie, hashed, never copied
+            recorded, sha = str(weights_path), sha256_file(weights_path)
+        write_json(folder / "card.json", {
+            "arch": arch,
+            "model_config": config,
+            "source": _source(params.model.pretrained),
+            "pretrained": params.model.pretrained,
+            "weights": {"path": recorded, "sha256": sha, "copied_here": weights_path is None},
+            "sha256": sha,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "versions": {key: value for key, value in versions().items() if key in ("torch", "open_clip_torch", "dear")},
+            "device": str(device),
+            "training": training,
+            "sanity": sanity,
+            "provenance": provenance({"model": params.model, "backbone": params.backbone, "world": params.world},
+                                     inputs=_world_input(inputs, sanity_on), seed=params.backbone.seed),
+        })
     log.info("backbone %s: weights %s (sha256 %s...)", arch, recorded, sha[:12])
 
 
@@ -97,6 +97,10 @@ def _check_world(params: Params, folder: Path) -> dict:
     if card.get("world_params_sha256") != expected:
         raise DearError(f"{folder / 'card.json'}: world was drawn with other world params than "
                         "params.yaml's; rerun `dear world`")
+    for name in card.get("datasets", {}):  # the sanity evaluation reads them after training: check now
+        split_file = folder / name / f"split_zhou_{name}.json"
+        check_images_exist([folder / name / "images" / item[0] for item in read_json(split_file)["test"]],
+                           split_file, "world test image")
     return card
 
 

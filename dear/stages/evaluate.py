@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -30,7 +31,7 @@ from dear import device as devices
 from dear import evaluation
 from dear.data.manifest import read_manifest
 from dear.errors import DearError
-from dear.io import provenance, read_json, write_json
+from dear.io import output_folder, provenance, read_json, write_json
 from dear.model.clip import load_backbone
 from dear.model.trained import load_trained, read_trained
 from dear.params import Params
@@ -53,6 +54,7 @@ class Inputs:
 @dataclass(frozen=True)
 class Outputs:
     folder: Path  # gets eval.parquet and metrics.json
+    FILES: ClassVar[tuple[str, ...]] = ("eval.parquet", "metrics.json")
 
 
 @dataclass(frozen=True)
@@ -89,9 +91,10 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
             rows += _rows(record, inputs.source.name, target, stream, logits[:, index])
     made_by = provenance({"fusion": params.fusion, "evaluate": params.evaluate},
                          {"model": inputs.model, "fusion": inputs.fusion}, record["seed"])
-    write_eval(outputs.folder / "eval.parquet", rows, made_by)
     metrics = run_metrics(eval_frame(rows))
-    write_json(outputs.folder / "metrics.json", metrics)
+    with output_folder(outputs.folder, Outputs.FILES) as folder:
+        write_eval(folder / "eval.parquet", rows, made_by)
+        write_json(folder / "metrics.json", metrics)
     log.info("%s", summary(eval_frame(rows), adapted.method.name, record["seed"]))
 
 

@@ -4,7 +4,14 @@ Reads `<data.root>/<dataset>/` (see `dear.data.coop`), checks the images as
 `data.verify` asks, and writes into the output folder `manifest.parquet`,
 `excluded.parquet` and one `fewshot-seed<S>.parquet` per seed in `data.seeds`
 (schemas in `dear.data.manifest`). Everything is read and checked before the
-first file is written, so bad input leaves no output behind.
+first file is written, and the folder is replaced as a whole
+(`dear.io.output_folder`), so bad input or a kill leaves the previous folder
+or none, and a table of an earlier seed list never survives beside new ones.
+
+Whatever `data.verify` says for the rest, the images picked into the
+few-shot tables are decoded (they are few, and a truncated training shot
+would otherwise surface mid-training), and every class must keep at least
+one training image.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +29,7 @@ from dear.data import coop, fewshot, verify
 from dear.data.manifest import (EXCLUDED_SCHEMA, FEWSHOT_SCHEMA, MANIFEST_SCHEMA, SPLITS, SUBSETS,
                                 excluded_path, fewshot_path, manifest_path)
 from dear.errors import DearError
-from dear.io import provenance, write_parquet
+from dear.io import output_folder, provenance, write_parquet
 from dear.params import Params
 
 log = logging.getLogger("dear.prepare")
@@ -35,6 +43,7 @@ class Inputs:
 @dataclass(frozen=True)
 class Outputs:
     folder: Path  # gets manifest.parquet, excluded.parquet, fewshot-seed<S>.parquet
+    FILES: ClassVar[tuple[str, ...]] = ("manifest.parquet", "excluded.parquet", "fewshot-seed*.parquet")
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
@@ -45,21 +54,48 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     if check.reasons and not data.skip_bad:
         raise DearError(f"{inputs.dataset}: {verify.describe_bad(listing.paths, check.reasons, data.max_listed)}; "
                         "restore or re-download them, or set data.skip_bad: true to drop them")
-    keep = np.ones(len(listing.paths), dtype=bool)
-    keep[check.bad_rows] = False
-    _check_classes_kept(inputs.dataset, listing, keep)
-
-    manifest = manifest_table(listing, check, keep)
+    manifest, tables = decoded_draw(inputs.dataset, spec, listing, check, data)
     excluded = excluded_table(listing, check)
-    tables = {seed: fewshot_table(manifest, spec, data.shots, min(data.shots, data.val_shots), seed)
-              for seed in data.seeds}
 
     record = provenance(data, {"split_file": listing.source, "dataset_dir": spec.dataset_dir(Path(data.root))})
-    write_parquet(excluded_path(outputs.folder), excluded, EXCLUDED_SCHEMA, record)
-    for seed, table in tables.items():
-        write_parquet(fewshot_path(outputs.folder, seed), table, FEWSHOT_SCHEMA, {**record, "seed": seed})
-    write_parquet(manifest_path(outputs.folder), manifest, MANIFEST_SCHEMA, record)
+    with output_folder(outputs.folder, Outputs.FILES) as folder:
+        write_parquet(excluded_path(folder), excluded, EXCLUDED_SCHEMA, record)
+        for seed, table in tables.items():
+            write_parquet(fewshot_path(folder, seed), table, FEWSHOT_SCHEMA, {**record, "seed": seed})
+        write_parquet(manifest_path(folder), manifest, MANIFEST_SCHEMA, record)
     _log_summary(inputs.dataset, manifest, excluded, tables, outputs.folder)
+
+
+def decoded_draw(name: str, spec: coop.DatasetSpec, listing: coop.Listing, check: verify.ImageCheck,
+                 data) -> tuple[pa.Table, dict[int, pa.Table]]:
+    """The manifest and each seed's few-shot table, every picked image decoded.
+
+    A pick that does not decode fails the run, or with `data.skip_bad` joins
+    the bad files (`check.reasons`, hence excluded.parquet) and the draw is
+    made again without it, as if it had never been in the dataset.
+    """
+    decoded = np.zeros(len(listing.paths), dtype=bool)
+    decoded[:] = data.verify == "decode"
+    while True:
+        keep = np.ones(len(listing.paths), dtype=bool)
+        keep[check.bad_rows] = False
+        _check_classes_kept(name, spec, listing, keep)
+        manifest = manifest_table(listing, check, keep)
+        tables = {seed: fewshot_table(manifest, spec, data.shots, min(data.shots, data.val_shots), seed)
+                  for seed in data.seeds}
+        picked = np.flatnonzero(keep)[np.unique(np.concatenate(
+            [table["manifest_row"].to_numpy() for table in tables.values()] + [np.zeros(0, np.int64)]))]
+        fresh = picked[~decoded[picked]]                                     # listing rows not decoded yet
+        decoded[fresh] = True
+        found = verify.check_images([listing.paths[row] for row in fresh], "decode", False, data.workers,
+                                    f"{name} few-shot picks")
+        if not found.reasons:
+            return manifest, tables
+        bad = {int(fresh[offset]): reason for offset, reason in found.reasons.items()}
+        if not data.skip_bad:
+            raise DearError(f"{name}: picked as a few-shot image but {verify.describe_bad(listing.paths, bad, data.max_listed)}"
+                            "; restore or re-download them, or set data.skip_bad: true to drop them and draw again")
+        check.reasons.update(bad)
 
 
 def manifest_table(listing: coop.Listing, check: verify.ImageCheck, keep: np.ndarray) -> pa.Table:
@@ -129,13 +165,23 @@ def _warn_class_count(name: str, spec: coop.DatasetSpec, listing: coop.Listing) 
                     name, n_classes, spec.coop_classes, listing.source)
 
 
-def _check_classes_kept(name: str, listing: coop.Listing, keep: np.ndarray) -> None:
-    """Dropping bad files must not remove a whole class: labels would stop being 0..n-1."""
-    kept = np.bincount(listing.labels[keep], minlength=len(listing.classnames))
-    lost = np.flatnonzero(kept == 0)
-    if lost.size:
-        raise DearError(f"{name}: every image of class {lost[0]} ({listing.classnames[lost[0]]!r}) is bad "
-                        f"({lost.size} such classes); restore them, data.skip_bad cannot drop a whole class")
+def _check_classes_kept(name: str, spec: coop.DatasetSpec, listing: coop.Listing, keep: np.ndarray) -> None:
+    """Every class keeps an image where its shots are drawn from (train; test for test-only sets).
+
+    An empty class would silently get no shots; dropping one would renumber
+    the labels away from CoOp's, so `data.skip_bad` cannot drop a whole class.
+    """
+    split = "test" if spec.test_only else "train"
+    used = keep & (listing.splits == SPLITS.index(split))
+    counts = np.bincount(listing.labels[used], minlength=len(listing.classnames))
+    empty = np.flatnonzero(counts == 0)
+    if not empty.size:
+        return
+    label = empty[0]
+    bad = np.bincount(listing.labels[~keep & (listing.splits == SPLITS.index(split))], minlength=len(counts))
+    why = "every one is bad" if bad[label] else "none is listed (an empty class folder?)"
+    raise DearError(f"{name}: class {label} ({listing.classnames[label]!r}) has no usable {split} image, {why} "
+                    f"({empty.size} such classes); restore its images, data.skip_bad cannot drop a whole class")
 
 
 def _log_summary(name: str, manifest: pa.Table, excluded: pa.Table, tables: dict, folder: Path) -> None:

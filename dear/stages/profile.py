@@ -10,7 +10,8 @@ Entropy and a role (`dear.model.concepts`). Writes into the output folder:
 below), `heatmap.png`, `roles.md` and `ablation.parquet`: on the embedded
 world, whose images carry their true attributes, the roles are validated by
 mean-ablation (`dear.model.ablation`; an empty table elsewhere). Every input
-is read and checked before the first file is written.
+is read and checked before the first file is written, and the folder appears
+as a whole (`dear.io.output_folder`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +29,7 @@ from torch import nn
 from dear import device as devices
 from dear.data.manifest import read_manifest, select
 from dear.errors import DearError
-from dear.io import provenance, write_bytes, write_parquet, write_text
+from dear.io import output_folder, provenance, write_bytes, write_parquet, write_text
 from dear.model import ablation as abl
 from dear.model import concepts as cpt
 from dear.model import internals
@@ -80,6 +81,8 @@ class Inputs:
 @dataclass(frozen=True)
 class Outputs:
     folder: Path
+    FILES: ClassVar[tuple[str, ...]] = ("roles.parquet", "head_concepts.parquet", "head_texts.parquet", "heatmap.png",
+                                        "roles.md", "ablation.parquet")
 
     @property
     def roles(self) -> Path:
@@ -147,7 +150,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     record = provenance(cfg, {"manifest": inputs.manifest, "backbone": inputs.backbone, **banks})
     record["text_bank_sha256"] = bank.sha256
     record["model_sha256"] = model_sha
-    _write(outputs, results, cfg, bank, len(paths), model_sha, record, ablation)
+    with output_folder(outputs.folder, Outputs.FILES) as staging:
+        _write(Outputs(staging), results, cfg, bank, len(paths), model_sha, record, ablation)
     log.info("profiled %d heads of layers %d-%d on %d images: %s", len(results), depth - cfg.layers + 1, depth,
              len(paths), _counts([r.role for r in results]))
 

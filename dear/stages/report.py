@@ -2,7 +2,8 @@
 
 Reads the eval.parquet files given (schema in `dear.results`), the train logs
 and the head-role heatmaps, checks all of them, computes everything in
-memory, and only then writes into the output folder:
+memory, and only then writes the output folder, which replaces the old one
+as a whole (`dear.io.output_folder`):
 
     results.md, results.csv        tables per protocol (dear.report.tables / markdown), pictures linked
     differences.csv                per-seed paired differences (report.differences) per dataset
@@ -19,13 +20,13 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
 
 from dear.errors import DearError
-from dear.io import provenance, write_bytes, write_json
+from dear.io import output_folder, provenance, read_parquet, write_bytes, write_json
 from dear.params import Params
-from dear.io import read_parquet
 from dear.model import ablation
 from dear.report import markdown, plots, tables
 from dear.report.train_logs import read_train_logs
@@ -46,6 +47,8 @@ class Inputs:
 @dataclass(frozen=True)
 class Outputs:
     folder: Path  # gets the files listed in the module docstring
+    FILES: ClassVar[tuple[str, ...]] = ("results.md", "*.csv", "metrics.json", "provenance.json", "*.png", "plots",
+                                        "roles")
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
@@ -80,11 +83,11 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     files.update({f"roles/{name}.png": data for name, data in heatmaps.items()})
     record = provenance({"report": params.report, "seeds": params.data.seeds}, inputs=_input_paths(inputs))
 
-    for name, data in files.items():
-        write_bytes(outputs.folder / name, data)
-    write_json(outputs.folder / "metrics.json", metrics(results, differences))
-    write_json(outputs.folder / "provenance.json", {"provenance": record})
-    _remove_stale_heatmaps(outputs.folder / "roles", set(heatmaps))
+    with output_folder(outputs.folder, Outputs.FILES) as folder:  # also drops pictures of datasets no longer given
+        for name, data in files.items():
+            write_bytes(folder / name, data)
+        write_json(folder / "metrics.json", metrics(results, differences))
+        write_json(folder / "provenance.json", {"provenance": record})
     _log_summary(results, outputs.folder)
 
 
@@ -177,13 +180,6 @@ def _input_paths(inputs: Inputs) -> dict[str, Path]:
     for kind, paths in (("eval", inputs.evals), ("train_log", inputs.train_logs), ("roles", inputs.roles)):
         named.update({f"{kind}:{path}": Path(path) for path in sorted({str(p) for p in paths})})
     return named
-
-
-def _remove_stale_heatmaps(folder: Path, current: set[str]) -> None:
-    """Drop roles/<ds>.png of datasets no longer given, so the folder shows this run only."""
-    for path in sorted(folder.glob("*.png")) if folder.is_dir() else []:
-        if path.stem not in current:
-            path.unlink()
 
 
 def _log_summary(results: pd.DataFrame, folder: Path) -> None:

@@ -16,11 +16,12 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 
 from dear.errors import DearError
-from dear.io import provenance, sha256_file, sha256_json, versions, write_parquet
+from dear.io import check_output_file, output_folder, provenance, sha256_file, sha256_json, versions, write_parquet
 from dear.model import internals as oc
 from dear.model.dear import Adapted
 from dear.model.losses import Weights
@@ -64,6 +65,7 @@ class Inputs:
 class Outputs:
     folder: Path  # gets model.pt and train_log.parquet
     checkpoint: Path | None  # resumable state, outside the declared outputs; None = default_checkpoint(folder)
+    FILES: ClassVar[tuple[str, ...]] = ("model.pt", "train_log.parquet")
 
 
 def default_checkpoint(out: Path) -> Path:
@@ -81,6 +83,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
 
     spec = method(inputs.method or params.train.method, params)
     checkpoint = outputs.checkpoint or default_checkpoint(outputs.folder)
+    check_output_file(checkpoint)
     template = _template(params, inputs.dataset)
     if inputs.classes not in ("base", "all"):
         raise DearError(f"--classes: {inputs.classes!r} is not a class subset to train on; use base or all")
@@ -113,8 +116,9 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     if spec.role_masks:
         used["roles"] = inputs.roles
     made_by = provenance(_sections(params), used, inputs.seed)
-    write_parquet(outputs.folder / "train_log.parquet", _log_table(rows), TRAIN_LOG_SCHEMA, made_by)
-    save_trained(outputs.folder / "model.pt", model, {**record, "provenance": made_by})
+    with output_folder(outputs.folder, Outputs.FILES) as folder:
+        write_parquet(folder / "train_log.parquet", _log_table(rows), TRAIN_LOG_SCHEMA, made_by)
+        save_trained(folder / "model.pt", model, {**record, "provenance": made_by})
     checkpoint.unlink(missing_ok=True)
     log.info("%s", summary(spec.name, inputs.dataset, inputs.seed, rows, outputs.folder))
 

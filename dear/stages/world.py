@@ -3,10 +3,10 @@
 Writes `<out>/<name>/images/<class>/<split>_<index>.png`,
 `<out>/<name>/split_zhou_<name>.json`, `<out>/<name>/attributes.parquet`
 for each dataset and `<out>/card.json`. The whole tree is built in a hidden
-sibling folder and renamed into place at the end, so an interrupted run
-leaves the previous world (or none), never a half-written one; that is why
-the many small PNGs are written plainly inside the staging folder instead of
-one atomic rename each.
+staging folder that replaces the old one at the end (`dear.io.output_folder`),
+so an interrupted run leaves the previous world (or none), never a
+half-written one; that is why the many small PNGs are written plainly inside
+the staging folder instead of one atomic rename each.
 """
 
 from __future__ import annotations
@@ -14,17 +14,15 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 from PIL import Image
 
 from dear.data import world as world_data
 from dear.data.world_scene import render
-from dear.io import provenance, sha256_json, write_json, write_parquet
+from dear.io import output_folder, provenance, sha256_json, write_json, write_parquet
 from dear.params import Params
 from dear.progress import track
 
@@ -48,23 +46,17 @@ class Inputs:
 @dataclasses.dataclass(frozen=True)
 class Outputs:
     folder: Path
+    FILES: ClassVar[tuple[str, ...]] = ("card.json", "world_*")  # what the folder holds
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     world = params.world
     world_data.check(world)
-    target = Path(outputs.folder)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    with output_folder(outputs.folder, Outputs.FILES) as staging:
         summary = {spec.name: _write_dataset(world, spec, staging / spec.name) for spec in world_data.dataset_specs(world)}
         write_json(staging / "card.json", _card(world, summary))
-        _swap_into_place(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     log.info("world: %d datasets, %d images in %s", len(summary),
-             sum(sum(s["counts"].values()) for s in summary.values()), target)
+             sum(sum(s["counts"].values()) for s in summary.values()), outputs.folder)
 
 
 def _write_dataset(world, spec: world_data.DatasetSpec, folder: Path) -> dict:
@@ -111,15 +103,3 @@ def _card(world, summary: dict) -> dict:
         "credit": OPENMOJI_CREDIT,
         "provenance": provenance(world, seed=world.seed),
     }
-
-
-def _swap_into_place(staging: Path, target: Path) -> None:
-    """Replace `target` by `staging` with renames only (the old tree is removed last)."""
-    old = None
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-        os.rmdir(old)
-        os.replace(target, old)
-    os.replace(staging, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

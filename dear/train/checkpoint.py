@@ -19,23 +19,26 @@ import numpy as np
 import torch
 
 from dear.errors import DearError
-from dear.io import atomic_path
+from dear.io import atomic_path, leftovers_of, load_torch, remove_leftovers
 
 log = logging.getLogger("dear.train")
 
 
 def rng_states() -> dict:
+    """Every RNG state as tensors, tuples and numbers: what `torch.load(weights_only=True)` accepts."""
+    name, keys, position, has_gauss, cached = np.random.get_state()
     return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "python": random.getstate(),  # (version, 625 ints, None)
+        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), int(position), int(has_gauss), float(cached)],
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
 
 
 def set_rng_states(states: dict) -> None:
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
+    random.setstate(tuple(states["python"]))
+    name, keys, position, has_gauss, cached = states["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss, cached))
     torch.set_rng_state(states["torch"])
     if states["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
@@ -57,17 +60,19 @@ def load(path: Path, params_hash: str) -> dict | None:
     """The checkpoint at `path` if it belongs to this exact configuration; None to start afresh.
 
     Temporary files of a write that a kill interrupted are removed first.
+    The file is read with `weights_only=True`: one that asks to run code is refused.
     """
-    for stale in path.parent.glob(f".{path.name}.*.tmp") if path.parent.is_dir() else ():
-        stale.unlink(missing_ok=True)
+    remove_leftovers(path.parent, leftovers_of(path))
     if not path.is_file():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # a foreign or damaged file: torch raises many types
+        state = load_torch(path)  # a file that could run code is refused (DearError), never loaded
+    except DearError:
+        raise
+    except Exception as err:  # a damaged file: torch raises many types
         log.warning("%s: unreadable checkpoint (%s); starting afresh", path, type(err).__name__)
         return None
-    if state.get("params_hash") != params_hash:
+    if not isinstance(state, dict) or state.get("params_hash") != params_hash:
         log.warning("%s: checkpoint made with other params/inputs; starting afresh (it is replaced)", path)
         return None
     log.info("%s: resuming at step %d", path, state["step"])

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from torchvision import transforms as T
 
+from dear.data import manifest
 from dear.data.manifest import read_fewshot, select
-from dear.errors import DearError
+from dear.errors import DearError, from_workers
 from dear.params import Augmentation
 
 INTERPOLATION = {"bicubic": T.InterpolationMode.BICUBIC, "bilinear": T.InterpolationMode.BILINEAR}
@@ -53,11 +53,8 @@ def training_shots(path: Path, subset: str = "base") -> Shots:
     return Shots(paths=table["path"].to_pylist(), labels=labels, classnames=[names[i] for i in range(len(names))])
 
 
-def check_images_exist(shots: Shots, source: Path, max_listed: int = 5) -> None:
-    missing = [p for p in shots.paths if not Path(p).is_file()]
-    if missing:
-        raise DearError(f"{source}: {len(missing)} training image(s) not found, e.g. {missing[:max_listed]}; "
-                        "run from the project root or rerun `dear prepare`")
+def check_images_exist(shots: Shots, source: Path) -> None:
+    manifest.check_images_exist(shots.paths, source, "training image")
 
 
 def train_transform(aug: Augmentation, size: int, mean, std) -> T.Compose:
@@ -129,8 +126,7 @@ class ShotImages(torch.utils.data.Dataset):
         if epoch not in self._orders:
             self._orders = {epoch: self.schedule.order(epoch)}
         row = self._orders[epoch][slot]
-        with Image.open(self.shots.paths[row]) as image:
-            image = image.convert("RGB")
+        image = manifest.read_rgb(self.shots.paths[row])
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derived_seed(self.schedule.seed, epoch, slot + 1))
             pixels = self.transform(image)  # [3, S, S]
@@ -139,5 +135,5 @@ class ShotImages(torch.utils.data.Dataset):
 
 def loader(dataset: ShotImages, start_step: int, workers: int, pin_memory: bool = False):
     """Batches from `start_step` on; the batch contents do not depend on `workers`."""
-    return torch.utils.data.DataLoader(dataset, batch_sampler=list(dataset.schedule.batches(start_step)),
-                                       num_workers=workers, pin_memory=pin_memory)
+    return from_workers(torch.utils.data.DataLoader(dataset, batch_sampler=list(dataset.schedule.batches(start_step)),
+                                                    num_workers=workers, pin_memory=pin_memory))

@@ -117,6 +117,12 @@ def fit(run: Run) -> list[dict]:
                      "seconds": time.perf_counter() - began})
         done = step + 1
         if done % p.checkpoint_every == 0 or done == loop.schedule.total_steps:
+            _check_finite(model, step, run.checkpoint)
+            if done == loop.schedule.total_steps:  # no next step's loss looks at the last update: look now
+                with torch.no_grad():
+                    after, _, _ = loss_of_batch(model, images, labels, classnames, frozen_text, weights, use_bf16)
+                if not torch.isfinite(after.total):
+                    _stop_on_nan(step, after, run.checkpoint, "after the last update")
             checkpoint.save(run.checkpoint, _state(model, loop, done, rows, run.params_hash))
     model.eval()
     return rows
@@ -218,8 +224,22 @@ def _restore(state: dict, model: Adapted, loop: Loop) -> tuple[list[dict], int, 
     return rows, state["step"], rows[-1]["seconds"] if rows else 0.0
 
 
-def _stop_on_nan(step: int, terms, path: Path) -> None:
+def _check_finite(model: Adapted, step: int, path: Path) -> None:
+    """Every learnable tensor finite before it is saved: a NaN must never become the last good checkpoint."""
+    bad = [name for name, param in model.named_parameters() if param.requires_grad and not torch.isfinite(param).all()]
+    if bad:
+        raise DearError(f"step {step}: the learnable tensor {bad[0]} is not finite after the update ({len(bad)} such "
+                        f"tensors); likely cause: {_LIKELY}; {_kept(path)}")
+
+
+_LIKELY = "a learning rate too high (train.recipes.*.lr) or bf16 overflow (try compute.precision: fp32)"
+
+
+def _kept(path: Path) -> str:
+    return f"the last good checkpoint {path} is kept" if path.is_file() else "no checkpoint was written yet"
+
+
+def _stop_on_nan(step: int, terms, path: Path, when: str = "") -> None:
     values = ", ".join(f"{k}={v:.4g}" for k, v in terms.as_floats().items())
-    kept = f"the last good checkpoint {path} is kept" if path.is_file() else "no checkpoint was written yet"
-    raise DearError(f"step {step}: the loss is not finite ({values}); likely cause: a learning rate too high "
-                    f"(train.lr) or bf16 overflow (try compute.precision: fp32); {kept}")
+    raise DearError(f"step {step}: the loss is not finite{' ' + when if when else ''} ({values}); "
+                    f"likely cause: {_LIKELY}; {_kept(path)}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from PIL import Image
 
+from dear.data.manifest import read_rgb
 from dear.model.dear import Adapted
 from dear.train.data import Shots, derived_seed
 
@@ -69,5 +70,4 @@ class ViewCache:
 
 
 def _decoded(path: str) -> Image.Image:
-    with Image.open(path) as image:
-        return image.convert("RGB")
+    return read_rgb(path)  # a missing or undecodable shot is one line naming it

@@ -215,6 +215,8 @@ def resumed_to_the_same_model(folder: str, stage_log: str) -> Callable[[Path, Pa
             assert torch.equal(tensor, theirs["state"][name]), name
         logs = [pq.read_table(root / folder / "train_log.parquet").to_pydict() for root in (project, reference)]
         assert logs[0]["step"] == logs[1]["step"] and logs[0]["loss"] == logs[1]["loss"]
+        assert not (project / "checkpoints" / folder / "ckpt.pt").exists(), "the checkpoint outlived the run"
+        assert sorted(project.rglob(".*.tmp")) == [], "the cancelled job's temporaries outlived the rerun"
     return check
 
 

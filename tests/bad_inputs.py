@@ -1,0 +1,582 @@
+"""Every bad input tried against the stages, as data: the cases, how to run one, and the docs table they make.
+
+`tests/test_bad_inputs.py` runs each case and checks that it ends in exit 1,
+one `error:` line holding the expected words, no traceback, nothing
+half-written, and that its row of `docs/bad-inputs.md` says exactly what
+happened. `python -m tests.bad_inputs` runs every case and rewrites that page,
+so the table is made by the cases, never by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # fake_coop, as pytest's rootdir conftest makes it importable
+
+from dear.cli import app  # noqa: E402
+from dear.data.manifest import FEWSHOT_SCHEMA, MANIFEST_SCHEMA  # noqa: E402
+from dear.io import sha256_file, write_parquet  # noqa: E402
+from fake_coop import make_fake_dataset, write_params  # noqa: E402
+from tests import fake_run  # noqa: E402
+
+DOC = ROOT / "docs" / "bad-inputs.md"
+MARKER = "PWNED"  # a crafted pickle would create this file if loading it ran its code
+
+
+@dataclass
+class Inputs:
+    """Valid inputs of every stage, made once: the cases damage copies, never these."""
+
+    root: Path
+    params: Path
+    world: Path
+    backbone: Path
+    data: Path  # data/world_objects: manifest.parquet, fewshot-seed1.parquet
+    roles: Path
+    model: Path  # a coop model.pt
+    fusion: Path
+
+    @property
+    def fewshot(self) -> Path:
+        return self.data / "fewshot-seed1.parquet"
+
+
+def make_inputs(root: Path) -> Inputs:
+    """A fake dataset prepared, a tiny random backbone, a tiny world, a coop model and its fusion.json."""
+    root.mkdir(parents=True, exist_ok=True)
+    make_fake_dataset(root / "raw", "world_objects", n_classes=4, per_class=3)
+    params = write_params(root / "params.yaml", root=root / "raw", datasets=["world_objects"], shots=2, val_shots=1,
+                          seeds=[1], workers=1)
+    small = yaml.safe_load(fake_run.params_file(root / "small.yaml").read_text())
+    raw = yaml.safe_load(params.read_text())
+    from dear.data.world import tiny_params
+
+    raw.update({key: small[key] for key in ("dear", "mmrl", "train")}, **tiny_params())
+    raw["world"]["attribute_sets"] = ["colors"]
+    raw["backbone"]["steps"] = 2
+    raw["profile"].update(max_images=8, batch_size=8, svd_rank=4, texts_per_head=3, layers=2)
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    inputs = Inputs(root, params, root / "world", root / "backbone", root / "data/world_objects", root / "roles.parquet",
+                    root / "runs/train/model.pt", root / "runs/fuse/fusion.json")
+    sha = fake_run.backbone(inputs.backbone)
+    fake_run.roles(inputs.roles, sha)
+    made = {"world": inputs.world, "prepare": inputs.data, "fuse": inputs.fusion,
+            "evaluate": root / "runs/coop/world_objects/eval/seed1"}  # where `dear report` can tell the run
+    for stage in STAGES:  # every command the cases damage runs on these inputs as it is: only the damage fails it
+        args = [str(a) for a in stage_args(stage, inputs, str(made.get(stage, root / "made" / stage)))]
+        if stage == "train":
+            args[args.index("--checkpoint") + 1] = str(root / "ckpt.pt")
+            coop = [*args[:2], "coop", *args[3:]]  # the model of fuse and evaluate: learned tensors, one stream
+            coop[coop.index("--out") + 1] = str(inputs.model.parent)
+            _run(coop, params)
+        _run(args, params)
+    return inputs
+
+
+def _run(args: list[str], params: Path) -> None:
+    result = CliRunner().invoke(app, [*args, "--params", str(params)])
+    assert result.exit_code == 0, f"{' '.join(args)}: {result.output[-2000:]}"
+
+
+# --- what a stage is given ----------------------------------------------------------------
+
+def stage_args(stage: str, inputs: Inputs, out: str) -> list:
+    """A command of `stage` on valid inputs, writing to `out` (a folder; fuse: a file)."""
+    i = inputs
+    return {
+        "world": ["world", "--out", out],
+        "backbone": ["backbone", "--world", i.world, "--out", out],
+        "prepare": ["prepare", "--dataset", "world_objects", "--out", out],
+        "profile": ["profile", "--backbone", i.backbone, "--manifest", i.data / "manifest.parquet", "--out", out],
+        "train": ["train", "--method", "dear", "--dataset", "world_objects", "--backbone", i.backbone, "--fewshot",
+                  i.fewshot, "--roles", i.roles, "--out", out, "--checkpoint", "ckpt/ckpt.pt"],
+        "fuse": ["fuse", "--model", i.model, "--backbone", i.backbone, "--fewshot", i.fewshot, "--out", out],
+        "evaluate": ["evaluate", "--model", i.model, "--fusion", i.fusion, "--backbone", i.backbone,
+                     "--source", i.data, "--data", i.data.parent, "--out", out],
+        "report": ["report", "--out", out, "--evals", i.root / "runs/coop/world_objects/eval/seed1/eval.parquet"],
+    }[stage]
+
+
+STAGES = ("world", "backbone", "prepare", "profile", "train", "fuse", "evaluate", "report")
+
+
+def out_name(stage: str) -> str:
+    return "out/fusion.json" if stage == "fuse" else "out"
+
+
+@dataclass
+class Case:
+    id: str
+    stage: str
+    given: str  # the bad input, in words
+    expect: list[str]  # words the error line must hold
+    args: Callable[[Inputs], list]  # the command (run from the case's own empty folder)
+    setup: Callable[[Inputs, Path, pytest.MonkeyPatch], None] = lambda inputs, here, patch: None
+    watch: list[str] = field(default_factory=lambda: ["out", "ckpt"])  # what "left on disk" looks at
+    keeps: list[str] = field(default_factory=list)  # what a failure may leave behind on purpose (a good checkpoint)
+    root_only_skip: bool = False  # needs a folder its own user cannot write (skipped when none can be made)
+
+
+def params_with(inputs: Inputs, here: Path, change: Callable[[dict], None]) -> Path:
+    raw = yaml.safe_load(inputs.params.read_text())
+    change(raw)
+    path = here / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def with_params(args: list, path: str = "params.yaml") -> list:
+    return [*args, "--params", path]
+
+
+# --- the cases ------------------------------------------------------------------------------
+
+def _recipe(key: str, value: float) -> Callable[[dict], None]:
+    def change(raw: dict) -> None:
+        raw["train"]["recipes"]["mmrl"][key] = value
+    return change
+
+
+def _data(key: str, value) -> Callable[[dict], None]:
+    return lambda raw: raw["data"].__setitem__(key, value)
+
+
+def params_case(id: str, stage: str, given: str, change: Callable[[dict], None], expect: list[str]) -> Case:
+    return Case(id, stage, given, expect, lambda i: with_params(stage_args(stage, i, "out")),
+                setup=lambda i, here, patch: params_with(i, here, change) and None)
+
+
+PARAMS = [
+    params_case("lr-inf", "train", "train.recipes.mmrl.lr: .inf", _recipe("lr", float("inf")),
+                ["train.recipes.mmrl.lr", "finite"]),
+    params_case("warmup-lr-inf", "train", "train.recipes.mmrl.warmup_lr: .inf", _recipe("warmup_lr", float("inf")),
+                ["warmup_lr", "finite"]),
+    params_case("twin-weight-nan", "backbone", "backbone.twin_weights.color: .nan (a float in a mapping)",
+                lambda raw: raw["backbone"]["twin_weights"].__setitem__("color", float("nan")),
+                ["backbone.twin_weights.color", "finite"]),
+    params_case("seeds-repeated", "prepare", "data.seeds: [1, 1]", _data("seeds", [1, 1]), ["data.seeds", "twice"]),
+    params_case("seed-negative", "prepare", "data.seeds: [-1]", _data("seeds", [-1]), ["data.seeds.0", "greater than"]),
+    params_case("seeds-empty", "prepare", "data.seeds: []", _data("seeds", []), ["data.seeds", "at least 1"]),
+]
+
+
+def _one_step_lr(value: float) -> Callable[[dict], None]:
+    def change(raw: dict) -> None:
+        raw["train"]["recipes"]["mmrl"].update(lr=value, epochs=1, warmup_epochs=0, batch_size=64)
+    return change
+
+
+def _nan_model(inputs: Inputs, here: Path, patch) -> None:
+    payload = torch.load(inputs.model, weights_only=True)
+    payload["state"] = {name: torch.full_like(tensor, float("nan")) for name, tensor in payload["state"].items()}
+    torch.save(payload, here / "model.pt")
+
+
+NUMBERS = [
+    Case("lr-1e30-one-step", "train", "train.recipes.mmrl.lr: 1.0e30, one step",
+         ["loss is not finite after the last update", "train.recipes.*.lr"],
+         lambda i: with_params(stage_args("train", i, "out")),
+         setup=lambda i, here, patch: params_with(i, here, _one_step_lr(1.0e30)) and None),
+    Case("nan-model-fuse", "fuse", "model.pt whose learned tensors are NaN", ["holds NaN or inf", "retrain"],
+         lambda i: with_params(["fuse", "--model", "model.pt", "--backbone", i.backbone, "--fewshot", i.fewshot,
+                                "--out", "out/fusion.json"], str(i.params)), setup=_nan_model),
+    Case("nan-model-evaluate", "evaluate", "model.pt whose learned tensors are NaN", ["holds NaN or inf"],
+         lambda i: with_params(["evaluate", "--model", "model.pt", "--fusion", i.fusion, "--backbone", i.backbone,
+                                "--source", i.data, "--data", i.data.parent, "--out", "out"], str(i.params)),
+         setup=_nan_model),
+]
+
+
+def _file_in_the_way(inputs: Inputs, here: Path, patch) -> None:
+    (here / "out").write_text("a file where the output folder goes\n")
+
+
+def _fusion_is_a_folder(inputs: Inputs, here: Path, patch) -> None:
+    (here / "out" / "fusion.json").mkdir(parents=True)
+
+
+def _blocker(inputs: Inputs, here: Path, patch) -> None:
+    (here / "blocker").write_text("a file where a folder of the output path goes\n")
+
+
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """`folder` unwritable for this process: chmod for a user, `chattr +i` for root (which ignores modes)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+        return
+    made = subprocess.run(["chattr", "+i", str(folder)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip("running as root where `chattr +i` does not work: no unwritable folder can be made")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def filesystem_cases(stage: str) -> list[Case]:
+    run = lambda out: lambda i: with_params(stage_args(stage, i, out), str(i.params))  # noqa: E731
+    file_out = stage == "fuse"
+    in_the_way = Case(f"out-is-a-file-{stage}", stage,
+                      "--out is a folder holding fusion.json as a folder" if file_out else "--out names an existing file",
+                      ["is a folder, not a file"] if file_out else ["exists and is not a folder"],
+                      run(out_name(stage)), setup=_fusion_is_a_folder if file_out else _file_in_the_way)
+    under = Case(f"out-under-a-file-{stage}", stage, "--out lies under an existing file",
+                 ["blocker is a file, not a folder"], run("blocker/" + out_name(stage)), setup=_blocker,
+                 watch=["blocker", "ckpt"])
+    unwritable = Case(f"out-read-only-{stage}", stage, "--out in a read-only folder", ["cannot write in ro (not writable)"],
+                      run("ro/" + out_name(stage)), watch=["ro", "ckpt"], root_only_skip=True)
+    return [in_the_way, under, unwritable]
+
+
+def _foreign_file(inputs: Inputs, here: Path, patch) -> None:
+    (here / "out").mkdir()
+    (here / "out" / "notes.txt").write_text("someone's notes\n")
+
+
+def _log_in_output(inputs, here, patch) -> None:
+    pass
+
+
+def _manifest_write_fills_disk(inputs: Inputs, here: Path, patch) -> None:
+    """An earlier output in place; the disk fills up while the new manifest is written (after the few-shot tables)."""
+    shutil.copytree(inputs.data, here / "out")
+    from dear.stages import prepare
+
+    real = prepare.write_parquet
+
+    def filling(path, *args, **kwargs):
+        if Path(path).name == "manifest.parquet":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, *args, **kwargs)
+
+    patch.setattr(prepare, "write_parquet", filling)
+
+
+def _checkpoint_write_fills_disk(inputs: Inputs, here: Path, patch) -> None:
+    from dear.train import checkpoint
+
+    real, saves = checkpoint.torch.save, []
+
+    def filling(obj, target, *args, **kwargs):
+        saves.append(1)
+        if len(saves) == 2:
+            Path(target).write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(obj, target, *args, **kwargs)
+
+    patch.setattr(checkpoint.torch, "save", filling)
+
+
+FILESYSTEM = [case for stage in STAGES for case in filesystem_cases(stage)] + [
+    Case("out-holds-foreign-files", "prepare", "--out is a folder holding a file the stage does not write",
+         ["holds 'notes.txt'", "move them away"], lambda i: with_params(stage_args("prepare", i, "out"), str(i.params)),
+         setup=_foreign_file),
+    Case("log-inside-out", "prepare", "--log inside the output folder", ["--log out/prepare.log", "elsewhere"],
+         lambda i: with_params(stage_args("prepare", i, "out") + ["--log", "out/prepare.log"], str(i.params))),
+    Case("log-under-a-file", "prepare", "--log under an existing file", ["blocker is a file"],
+         lambda i: with_params(stage_args("prepare", i, "out") + ["--log", "blocker/prepare.log"], str(i.params)),
+         setup=_blocker, watch=["out", "blocker"]),
+    Case("disk-full-output", "prepare", "the disk fills up while the manifest is written (an earlier output in --out)",
+         ["out: writing failed (the disk is full", "its previous content is kept"],
+         lambda i: with_params(stage_args("prepare", i, "out"), str(i.params)), setup=_manifest_write_fills_disk),
+    Case("disk-full-checkpoint", "train", "the disk fills up during the second checkpoint write",
+         ["checkpoint write failed at step 2", "the disk is full", "previous checkpoint is kept"],
+         lambda i: with_params(stage_args("train", i, "out")), keeps=["ckpt/ckpt.pt"],
+         setup=lambda i, here, patch: (params_with(i, here, lambda raw: raw["train"].update(checkpoint_every=1)),
+                                       _checkpoint_write_fills_disk(i, here, patch)) and None),
+]
+
+
+def _fewshot_with(inputs: Inputs, here: Path, split: str, path: str) -> None:
+    """A copy of the few-shot table whose first base-class `split` shot is `path` (which does not exist)."""
+    table = pq.read_table(inputs.fewshot)
+    paths = table["path"].to_pylist()
+    first = list(zip(table["fewshot_split"].to_pylist(), table["subset"].to_pylist())).index((split, "base"))
+    paths[first] = str(here / path)
+    table = table.set_column(table.schema.get_field_index("path"), "path", pa.array(paths, pa.string()))
+    write_parquet(here / "fewshot-seed1.parquet", table, FEWSHOT_SCHEMA)
+
+
+def _source_with(inputs: Inputs, here: Path, path: str, content: bytes | None) -> None:
+    """A copy of the prepared dataset whose first test image is `path` (absent, or holding `content`)."""
+    shutil.copytree(inputs.data, here / "data" / "world_objects")
+    manifest = pq.read_table(inputs.data / "manifest.parquet")
+    paths = manifest["path"].to_pylist()
+    paths[manifest["split"].to_pylist().index("test")] = str(here / path)
+    manifest = manifest.set_column(manifest.schema.get_field_index("path"), "path", pa.array(paths, pa.string()))
+    write_parquet(here / "data" / "world_objects" / "manifest.parquet", manifest, MANIFEST_SCHEMA)
+    if content is not None:
+        (here / path).write_bytes(content)
+
+
+def _world_missing_image(inputs: Inputs, here: Path, patch) -> None:
+    shutil.copytree(inputs.world, here / "world")
+    split = json.loads((here / "world/world_objects/split_zhou_world_objects.json").read_text())
+    (here / "world/world_objects/images" / split["test"][0][0]).unlink()
+
+
+def _evaluate_on(source: str) -> Callable[[Inputs], list]:
+    return lambda i: with_params(["evaluate", "--model", i.model, "--fusion", i.fusion, "--backbone", i.backbone,
+                                  "--source", source, "--data", "data", "--out", "out"], str(i.params))
+
+
+IMAGES = [
+    Case("missing-shot-train", "train", "a training shot listed in the few-shot table is gone",
+         ["training image(s) not found", "gone.png"],
+         lambda i: with_params(["train", "--method", "coop", "--dataset", "world_objects", "--backbone", i.backbone,
+                                "--fewshot", "fewshot-seed1.parquet", "--out", "out", "--checkpoint", "ckpt/ckpt.pt"],
+                               str(i.params)),
+         setup=lambda i, here, patch: _fewshot_with(i, here, "train", "gone.png")),
+    Case("missing-shot-fuse", "fuse", "a validation shot listed in the few-shot table is gone",
+         ["val image(s) not found", "gone.png"],
+         lambda i: with_params(["fuse", "--model", i.model, "--backbone", i.backbone, "--fewshot", "fewshot-seed1.parquet",
+                                "--out", "out/fusion.json"], str(i.params)),
+         setup=lambda i, here, patch: (_fewshot_with(i, here, "val", "gone.png"),
+                                       shutil.copy(i.data / "manifest.parquet", here / "manifest.parquet")) and None),
+    Case("missing-test-image-evaluate", "evaluate", "a test image listed in the manifest is gone",
+         ["test image(s) not found", "gone.png"], _evaluate_on("data/world_objects"),
+         setup=lambda i, here, patch: _source_with(i, here, "gone.png", None)),
+    Case("undecodable-test-image-evaluate", "evaluate", "a test image is not an image (truncated or garbage)",
+         ["bad.png: not a readable image"], _evaluate_on("data/world_objects"),
+         setup=lambda i, here, patch: _source_with(i, here, "bad.png", b"\x89PNG\r\n\x1a\n truncated")),
+    Case("missing-world-image-backbone", "backbone", "a world test image is gone (found before pretraining)",
+         ["world test image(s) not found"],
+         lambda i: with_params(["backbone", "--world", "world", "--out", "out"], str(i.params)),
+         setup=_world_missing_image),
+]
+
+
+def _dataset(name: str, damage: Callable[[Path], None]) -> Callable[[Inputs, Path, pytest.MonkeyPatch], None]:
+    def setup(inputs: Inputs, here: Path, patch) -> None:
+        make_fake_dataset(here / "raw", name, n_classes=4, per_class=3)
+        damage(here / "raw" / name)
+        params_with(inputs, here, lambda raw: raw["data"].update(root=str(here / "raw"), datasets=[name], shots=3) or
+                    raw["study"].update(base_to_novel=[name], transfer={"source": name, "cross_dataset": [],
+                                                                        "domain_generalization": []}) or
+                    raw["profile"].update(dataset=name))
+    return setup
+
+
+def _truncate_a_shot(folder: Path) -> None:
+    image = sorted((folder / "images" / "train").rglob("*.jpg"))[0]
+    image.write_bytes(image.read_bytes()[:-5])  # the header survives: `data.verify: exists` passes it
+
+
+def _empty_a_class(folder: Path) -> None:
+    for image in (folder / "images" / "train" / "n00000002").iterdir():
+        image.unlink()
+
+
+DATA = [
+    Case("truncated-shot-prepare", "prepare", "a truncated JPEG that would be a training shot (data.verify: exists)",
+         ["picked as a few-shot image", "unreadable", "data.skip_bad"],
+         lambda i: with_params(["prepare", "--dataset", "imagenet", "--out", "out"]),
+         setup=_dataset("imagenet", _truncate_a_shot)),
+    Case("empty-class-prepare", "prepare", "an ImageNet train class folder is empty",
+         ["class 2", "no usable train image", "empty class folder"],
+         lambda i: with_params(["prepare", "--dataset", "imagenet", "--out", "out"]),
+         setup=_dataset("imagenet", _empty_a_class)),
+]
+
+
+class _Pwn:
+    """What an attacker's pickle does: run a command while it loads."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def _crafted(name: str) -> Callable[[Inputs, Path, pytest.MonkeyPatch], None]:
+    def setup(inputs: Inputs, here: Path, patch) -> None:
+        target = here / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"format": "dear-trained/1", "meta": "{}", "state": {"w": _Pwn(here / MARKER)}}, target)
+        if name.endswith("model.pt") and "backbone" in name:  # a shared backbone folder: its card vouches for it
+            card = json.loads((inputs.backbone / "card.json").read_text())
+            card["sha256"] = sha256_file(target)
+            (target.parent / "card.json").write_text(json.dumps(card))
+    return setup
+
+
+LOADING = [
+    Case("crafted-model-fuse", "fuse", "a model.pt whose pickle runs a command when loaded",
+         ["model.pt: holds Python objects", "could run code; refused"],
+         lambda i: with_params(["fuse", "--model", "model.pt", "--backbone", i.backbone, "--fewshot", i.fewshot,
+                                "--out", "out/fusion.json"], str(i.params)), setup=_crafted("model.pt")),
+    Case("crafted-checkpoint-train", "train", "a resumable checkpoint whose pickle runs a command when loaded",
+         ["ckpt.pt: holds Python objects", "refused"],
+         lambda i: with_params(stage_args("train", i, "out"), str(i.params)), setup=_crafted("ckpt/ckpt.pt"),
+         watch=["out"]),
+    Case("crafted-backbone-train", "train", "backbone/model.pt whose pickle runs a command when loaded",
+         ["backbone/model.pt: holds Python objects", "refused"],
+         lambda i: with_params(["train", "--method", "zeroshot", "--dataset", "world_objects", "--backbone", "backbone",
+                                "--fewshot", i.fewshot, "--out", "out", "--checkpoint", "ckpt/ckpt.pt"], str(i.params)),
+         setup=_crafted("backbone/model.pt")),
+    Case("crafted-weights-backbone", "backbone", "model.pretrained: a weights file whose pickle runs a command",
+         ["weights.pt: holds Python objects", "refused"],
+         lambda i: with_params(["backbone", "--world", i.world, "--out", "out"]),
+         setup=lambda i, here, patch: (_crafted("weights.pt")(i, here, patch),
+                                       params_with(i, here, lambda raw: raw["model"].update(
+                                           pretrained=str(here / "weights.pt")))) and None),
+]
+
+CASES = PARAMS + NUMBERS + FILESYSTEM + IMAGES + DATA + LOADING
+
+
+# --- running one ------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    exit_code: int
+    stderr: str
+    errors: list[str]  # the `error:` lines
+    message: str  # the first error line, paths made relative
+    before: dict  # watched files before the command: {path: bytes}
+    after: dict
+    executed: bool  # whether the crafted pickle ran
+    leftovers: list[str]  # temporary files anywhere in the case's folder
+
+    @property
+    def left(self) -> str:
+        """What the watched paths hold afterwards, in words."""
+        if not self.after:
+            return "nothing"
+        if self.after == self.before:
+            return "only what was there before, unchanged: " + ", ".join(self.after)
+        return "written: " + ", ".join(sorted(self.after))
+
+
+def state(here: Path, watch: list[str]) -> dict[str, bytes]:
+    found = {}
+    for name in watch:
+        path = here / name
+        for file in sorted(path.rglob("*")) if path.is_dir() else [path] if path.exists() else []:
+            found[str(file.relative_to(here))] = file.read_bytes() if file.is_file() else b"<folder>"
+    return found
+
+
+def run_case(case: Case, inputs: Inputs, here: Path) -> Outcome:
+    """Run `case` from the empty folder `here`."""
+    here.mkdir(parents=True, exist_ok=True)
+    previous = Path.cwd()
+    os.chdir(here)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            case.setup(inputs, here, patch)
+            with read_only(here / "ro") if case.root_only_skip else contextlib.nullcontext():
+                before = state(here, case.watch)
+                result = CliRunner().invoke(app, [str(a) for a in case.args(inputs)])
+                after = state(here, case.watch)
+    finally:
+        os.chdir(previous)
+    errors = [line.removeprefix("error: ") for line in result.stderr.splitlines() if line.startswith("error: ")]
+    message = relative(errors[0], inputs, here) if errors else ""
+    return Outcome(result.exit_code, result.stderr, errors, message, before, after, (here / MARKER).exists(),
+                   sorted(str(p.relative_to(here)) for p in here.rglob(".*.tmp")))
+
+
+def relative(text: str, inputs: Inputs, here: Path) -> str:
+    """Paths of a message as a reader of the table needs them: the case's folder is ., the shared inputs are inputs/."""
+    for folder, name in sorted(((str(here), "."), (str(inputs.root), "inputs")), key=lambda pair: -len(pair[0])):
+        text = text.replace(folder + "/", "" if name == "." else name + "/").replace(folder, name)
+    return text
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+HEADER = ["case", "stage", "bad input", "message (after `error: `)", "left on disk"]
+
+
+def row(case: Case, outcome: Outcome) -> list[str]:
+    return [case.id, case.stage, case.given, outcome.message, outcome.left]
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render(rows: list[list[str]]) -> str:
+    lines = [
+        "# Bad inputs: what each stage says, and what it leaves",
+        "",
+        "Every case below is run by `tests/test_bad_inputs.py`, which checks that it ends with exit code 1,",
+        "one `error:` line, no traceback and nothing half-written, and that its row here is what it printed.",
+        "The page is generated: `python -m tests.bad_inputs` reruns every case and rewrites it.",
+        "Paths: `.` is the folder the command ran in, `inputs/` the valid inputs the cases damage copies of.",
+        "Read-only folders are made with `chmod` (or `chattr +i` as root).",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "| " + " | ".join("---" for _ in HEADER) + " |",
+    ]
+    lines += ["| " + " | ".join(cell(text) for text in values) + " |" for values in rows]
+    return "\n".join(lines) + "\n"
+
+
+def documented() -> dict[str, list[str]]:
+    """{case id: row} of the committed page."""
+    rows = {}
+    for line in DOC.read_text().splitlines() if DOC.is_file() else []:
+        if line.startswith("| ") and not line.startswith(("| case", "| ---")):
+            cells = [part.strip().replace("\\|", "|") for part in _split_cells(line)]
+            rows[cells[0]] = cells
+    return rows
+
+
+def _split_cells(line: str) -> list[str]:
+    cells, current, escaped = [], "", False
+    for char in line.strip()[1:-1]:
+        if char == "|" and not escaped:
+            cells.append(current)
+            current = ""
+        else:
+            current += char
+        escaped = char == "\\"
+    return cells + [current]
+
+
+def main() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        inputs = make_inputs(Path(folder) / "inputs")
+        rows = []
+        for case in CASES:
+            try:
+                outcome = run_case(case, inputs, Path(folder) / "cases" / case.id)
+            except pytest.skip.Exception as skipped:
+                print(f"{case.id}: skipped ({skipped})", file=sys.stderr)
+                continue
+            rows.append(row(case, outcome))
+    DOC.parent.mkdir(exist_ok=True)
+    DOC.write_text(render(rows))
+    print(f"{DOC}: {len(rows)} cases", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
