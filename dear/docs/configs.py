@@ -102,7 +102,8 @@ def study(root: Path, name: str = DEMO) -> str:
         parts.append(f"cross-dataset from {transfer.source} to {', '.join(transfer.cross_dataset)}")
     if transfer.domain_generalization:
         parts.append(f"domain generalization from {transfer.source} to {', '.join(transfer.domain_generalization)}")
-    return f"`{name}` runs " + "; ".join(parts) + "."
+    model = f"`{params.model.arch}` (weights: `{params.model.pretrained}`)"
+    return f"`{name}` adapts {model} with " + "; ".join(parts) + "."
 
 
 WHAT = {"object": "the object", "color": "background colour", "texture": "background texture",
@@ -125,7 +126,11 @@ def world_datasets(root: Path) -> str:
     if RARE_SET not in drawn:
         rows.insert(3, _world_row(RARE_SET, 0, "the object, rarely named in the captions",
                                   tuple(world.objects_split), False, params))
-    return table(["dataset", "classes", "a class is", "train / val / test per class", "drawn", "in the demo study"], rows)
+    from dear.data.world_emoji import catalog
+
+    header = ["dataset", "classes", "a class is", "train / val / test per class", "drawn", "in the demo study"]
+    return (table(header, rows) + f"\n\nThe object classes are a seeded draw from the {len(catalog()):,} usable "
+            "OpenMoji emoji, disjoint between `world_objects`, `world_objects_b` and `world_objects_rare`.")
 
 
 def _world_row(name: str, classes: int, what: str, split: tuple, drawn: bool, params: Params) -> list[str]:

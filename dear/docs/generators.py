@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dear.docs import configs, datasets, demo
+from dear.docs import configs, datasets, demo, world
 from dear.errors import DearError
 
 GENERATORS = {
@@ -17,6 +17,8 @@ GENERATORS = {
     "coop-datasets": datasets.coop_datasets,   # every dataset `dear prepare` reads (dear.data.coop.SPECS)
     "text-bank": datasets.text_bank,           # the packaged text bank's size per concept
     "profiles": configs.profiles,
+    "world-templates": world.world_templates,  # the embedded datasets' prompts (dear.data.world.TEMPLATES)
+    "backbone-arch": world.backbone_arch,      # the embedded architecture params.yaml trains
     "demo-results": demo.demo_results,         # the snapshot's result table (README)
     "demo-card": demo.demo_card,               # the snapshot's backbone sanity numbers
     "demo-picture": demo.demo_picture,         # the README's picture and which run it shows
