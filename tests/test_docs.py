@@ -45,7 +45,7 @@ DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 
 def _text_outside_code(page: Path) -> str:
     """The page without fenced code blocks (their brackets are not links)."""
-    return re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    return blocks.FENCE.sub("", page.read_text())
 
 
 def test_readme_is_at_most_200_lines():
@@ -207,14 +207,32 @@ def test_measured_paragraphs_carry_a_date_and_a_command():
     assert not bad, f"measured figures without their date and command: {bad}"
 
 
+RESULTS = """protocol,source,dataset,row,method,metric,mean,std,n_seeds,seeds,missing_seeds,std_warning,seed1,seed2
+base_to_novel,a,a,dataset,zeroshot,base,80.0,0.0,2,1;2,,False,80.0,80.0
+base_to_novel,a,a,dataset,zeroshot,novel,60.0,0.0,2,1;2,,False,60.0,60.0
+base_to_novel,a,a,dataset,zeroshot,hm,68.571429,0.0,2,1;2,,False,68.571429,68.571429
+base_to_novel,a,a,dataset,dear,base,90.0,1.0,2,1;2,,False,89.0,91.0
+base_to_novel,a,a,dataset,dear,novel,,,0,,1;2,False,,
+base_to_novel,a,a,dataset,dear,hm,,,0,,1;2,False,,
+base_to_novel,,Average,average,zeroshot,base,80.0,0.0,2,1;2,,False,80.0,80.0
+base_to_novel,,Average,average,zeroshot,novel,60.0,0.0,2,1;2,,False,60.0,60.0
+base_to_novel,,Average,average,zeroshot,hm,68.571429,0.0,2,1;2,,False,68.571429,68.571429
+cross_dataset,a,b,dataset,zeroshot,accuracy,70.0,0.0,2,1;2,,False,70.0,70.0
+cross_dataset,a,Average,average,zeroshot,accuracy,70.0,0.0,2,1;2,,False,70.0,70.0
+"""
+SANITY = {"a": {"top1": 0.5, "chance": 0.25, "classes": 4, "images": 8, "base_top1": 0.75, "base_chance": 0.5,
+                "novel_top1": 0.25, "novel_chance": 0.5}}
+
+
 def _demo_root(tmp_path: Path) -> Path:
-    """A project as `make demo` leaves it, holding the snapshot's own numbers."""
+    """A project as `make demo` leaves it: report/results.csv and backbone/card.json."""
     demo = tmp_path / "demo"
     (demo / "report").mkdir(parents=True)
     (demo / "backbone").mkdir()
-    shutil.copy(ROOT / "docs/demo/results.csv", demo / "report/results.csv")
-    card = json.loads((ROOT / "docs/demo/card.json").read_text())
-    (demo / "backbone/card.json").write_text(json.dumps({**card, "parameters": 1234, "training": {"steps": 1}}))
+    (demo / "report/results.csv").write_text(RESULTS)
+    card = {"arch": "dear-world", "pretrained": "embedded", "parameters": 1234, "training": {"steps": 1},
+            "sanity": SANITY}
+    (demo / "backbone/card.json").write_text(json.dumps(card))
     return demo
 
 
@@ -230,8 +248,10 @@ def test_snapshot_copies_a_demo_run_draws_the_picture_and_rewrites_the_blocks(tm
     assert run["commit"].startswith("unknown")  # the demo folder is no git checkout
     assert (root / "docs/img/base_novel.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     readme = (root / "README.md").read_text()
-    assert "| dear | 69.54 ± 0.98 | 59.19 ± 1.92 | 63.95 ± 1.20 |" in readme and "old" not in readme
-    assert "1,234 parameters" in (root / "docs/world.md").read_text()
+    assert "| zeroshot | 80.00 ± 0.00 | 60.00 ± 0.00 | 68.57 ± 0.00 | 68.57 | 70.00 |" in readme
+    assert "| dear | — | — | — | — | — |" in readme and "old" not in readme  # missing, never 0
+    world = (root / "docs/world.md").read_text()
+    assert "| `a` | 4 | 8 | 50.0 | 25.0 |" in world and "75.0 / 25.0" in world and "1,234 parameters" in world
     assert main(["--check", "--root", str(root)]) == 0
 
 
@@ -257,3 +277,11 @@ def test_a_block_without_its_end_is_an_error(tmp_path):
     (tmp_path / "README.md").write_text("<!-- generated: x -->\nno end\n")
     with pytest.raises(Exception, match="no '<!-- end generated -->' line"):
         blocks.stale(tmp_path, lambda spec: "")
+
+
+def test_a_marker_inside_fenced_code_is_an_example_not_a_block(tmp_path):
+    (tmp_path / "docs").mkdir()
+    text = "```\n<!-- generated: x -->\nexample\n<!-- end generated -->\n```\n"
+    (tmp_path / "README.md").write_text(text)
+    assert blocks.stale(tmp_path, lambda spec: "written") == []
+    assert blocks.refresh(tmp_path, lambda spec: "written") == []

@@ -27,9 +27,16 @@ def pages(root: Path) -> list[Path]:
     return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
+FENCE = re.compile(r"^[ \t]*```.*?^[ \t]*```", re.S | re.M)
+
+
 def blocks(text: str, page: Path) -> list[Block]:
+    """The page's blocks in order; markers inside fenced code (examples) are not blocks."""
+    fenced = [match.span() for match in FENCE.finditer(text)]
     found = []
     for match in BEGIN.finditer(text):
+        if any(start <= match.start() < end for start, end in fenced):
+            continue
         end = text.find(END, match.end())
         if end < 0:
             raise DearError(f"{page}: block '{match['spec']}' has no '{END}' line; close it")

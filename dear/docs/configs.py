@@ -43,10 +43,15 @@ def lookup(raw: dict, key: str):
     return node
 
 
-def _section_model(section: str) -> type[BaseModel]:
+def _keys(section: str) -> list[tuple[str, str]]:
+    """(dotted key, description) of every value of a top-level key: a section's leaves, or the key itself."""
     if section not in Params.model_fields:
         raise DearError(f"docs: no params section {section!r}; one of {', '.join(Params.model_fields)}")
-    return Params.model_fields[section].annotation
+    field = Params.model_fields[section]
+    annotation = field.annotation
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return list(leaves(annotation, f"{section}."))
+    return [(section, field.description or "")]
 
 
 def _shown(raw: dict, key: str) -> str:
@@ -61,7 +66,7 @@ def params_table(root: Path, section: str) -> str:
     files = config_files(root)
     raw = {name: read_yaml(root / name) for name in files}
     rows = [[f"`{key}`", *[_shown(raw[name], key) for name in files], text]
-            for key, text in leaves(_section_model(section), f"{section}.")]
+            for key, text in _keys(section)]
     return table(["key", *[f"`{name}`" for name in files], "what it does"], rows)
 
 
@@ -69,11 +74,10 @@ def config_diff(root: Path, config: str) -> str:
     """The keys where `config` differs from params.yaml, with both values."""
     demo, other = read_yaml(root / DEMO), read_yaml(root / config)
     rows = []
-    for section in Params.model_fields:
-        for key, _ in leaves(_section_model(section), f"{section}."):
-            mine, theirs = _shown(demo, key), _shown(other, key)
-            if mine != theirs:
-                rows.append([f"`{key}`", mine, theirs])
+    for key, _ in leaves(Params, ""):
+        mine, theirs = _shown(demo, key), _shown(other, key)
+        if mine != theirs:
+            rows.append([f"`{key}`", mine, theirs])
     return table(["key", f"`{DEMO}`", f"`{config}`"], rows)
 
 
