@@ -29,9 +29,6 @@ README_MAX_LINES = 200
 # Pages other branches add; links to them may dangle until the lead merges those branches.
 # Once a page exists here, the test below asks to remove it from this list.
 PENDING = {
-    "docs/install.md": "branch cluster-user",
-    "docs/check.md": "branch cluster-user",
-    "docs/compute.md": "branch cluster-user",
     "docs/engines.md": "branch engines-cli",
     "docs/configs.md": "branch engines-cli",
     "docs/bad-inputs.md": "branch faults",
