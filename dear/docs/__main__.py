@@ -1,0 +1,49 @@
+"""`python -m dear.docs`: rewrite the generated blocks of README.md and docs/*.md.
+
+    python -m dear.docs                # after changing params.yaml, a config or a profile
+    python -m dear.docs --check        # list stale blocks, exit 1 if any (what the test does)
+    python -m dear.docs --snapshot     # after `make demo`: its numbers into docs/demo/, the picture, the blocks
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+from pathlib import Path
+
+from dear.docs import blocks, demo
+from dear.docs.generators import generate
+from dear.errors import DearError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dear.docs", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only list stale blocks; exit 1 if any")
+    parser.add_argument("--snapshot", nargs="?", const=".", metavar="DEMO",
+                        help="copy the numbers of the `make demo` run in DEMO (default: .) into docs/demo/ first")
+    parser.add_argument("--root", default=str(ROOT), help="project folder holding README.md and docs/")
+    args = parser.parse_args(argv)
+    root = Path(args.root)
+    write = partial(generate, root)
+    try:
+        if args.check:
+            found = blocks.stale(root, write)
+            for line in found:
+                print(f"stale: {line}", file=sys.stderr)
+            return 1 if found else 0
+        if args.snapshot is not None:
+            for path in demo.snapshot(Path(args.snapshot), root):
+                print(f"wrote {path}")
+        for page in blocks.refresh(root, write):
+            print(f"updated {page}")
+    except DearError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Blocks written from the config files: params.yaml, configs/*.yaml and the Snakemake profiles.
+
+Every value a page shows of these files comes from here, so a changed default
+changes the page (after `python -m dear.docs`) instead of leaving it wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+from pydantic import BaseModel
+
+from dear.docs.format import code, minutes, table, value
+from dear.errors import DearError
+from dear.params import Params, load_params, read_yaml
+
+DEMO = "params.yaml"
+
+
+def config_files(root: Path) -> list[str]:
+    """params.yaml (the demo) first, then every config beside it (configs/*.yaml), relative to `root`."""
+    return [DEMO, *sorted(str(path.relative_to(root)) for path in (root / "configs").glob("*.yaml"))]
+
+
+def leaves(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str]]:
+    """(dotted key, description) of every value under `model`; sections are walked into."""
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from leaves(annotation, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", field.description or ""
+
+
+def lookup(raw: dict, key: str):
+    """The value at a dotted key of a parsed YAML file; KeyError when absent."""
+    node = raw
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _keys(section: str) -> list[tuple[str, str]]:
+    """(dotted key, description) of every value of a top-level key: a section's leaves, or the key itself."""
+    if section not in Params.model_fields:
+        raise DearError(f"docs: no params section {section!r}; one of {', '.join(Params.model_fields)}")
+    field = Params.model_fields[section]
+    annotation = field.annotation
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return list(leaves(annotation, f"{section}."))
+    return [(section, field.description or "")]
+
+
+def _shown(raw: dict, key: str) -> str:
+    try:
+        return code(lookup(raw, key))
+    except KeyError:
+        return "—"
+
+
+def params_table(root: Path, section: str) -> str:
+    """Every key of one section: its value in each config file and what it does."""
+    files = config_files(root)
+    raw = {name: read_yaml(root / name) for name in files}
+    rows = [[f"`{key}`", *[_shown(raw[name], key) for name in files], text]
+            for key, text in _keys(section)]
+    return table(["key", *[f"`{name}`" for name in files], "what it does"], rows)
+
+
+def config_diff(root: Path, config: str) -> str:
+    """The keys where `config` differs from params.yaml, with both values."""
+    demo, other = read_yaml(root / DEMO), read_yaml(root / config)
+    rows = []
+    for key, _ in leaves(Params, ""):
+        mine, theirs = _shown(demo, key), _shown(other, key)
+        if mine != theirs:
+            rows.append([f"`{key}`", mine, theirs])
+    return table(["key", f"`{DEMO}`", f"`{config}`"], rows)
+
+
+def recipes(root: Path) -> str:
+    """The training recipes (train.recipes.*) of every config file, one row each."""
+    rows = []
+    for name in config_files(root):
+        train = load_params(root / name).train
+        for method, recipe in (("mmrl, dear_nomask, dear", train.recipes.mmrl), ("coop", train.recipes.coop)):
+            epochs = str(recipe.epochs) + "".join(f", {ds}: {n}" for ds, n in recipe.dataset_epochs.items())
+            momentum = f" (momentum {value(recipe.momentum)})" if recipe.optimizer == "sgd" else ""
+            rows.append([f"`{name}`", method, recipe.optimizer + momentum, value(recipe.lr),
+                         value(recipe.weight_decay), str(recipe.batch_size), epochs,
+                         f"{recipe.warmup_epochs} at {value(recipe.warmup_lr)}"])
+    return table(["file", "methods", "optimizer", "lr", "weight decay", "batch", "epochs", "warm-up epochs"], rows)
+
+
+def study(root: Path, name: str = DEMO) -> str:
+    """One sentence: what the pipeline runs with this config file."""
+    params = load_params(root / name)
+    s, transfer = params.study, params.study.transfer
+    parts = [f"{len(s.methods)} methods ({', '.join(s.methods)}) × {len(params.data.seeds)} seeds "
+             f"({', '.join(map(str, params.data.seeds))}), {params.data.shots} shots per class: "
+             f"base-to-novel on {', '.join(s.base_to_novel)}"]
+    if transfer.cross_dataset:
+        parts.append(f"cross-dataset from {transfer.source} to {', '.join(transfer.cross_dataset)}")
+    if transfer.domain_generalization:
+        parts.append(f"domain generalization from {transfer.source} to {', '.join(transfer.domain_generalization)}")
+    model = f"`{params.model.arch}` (weights: `{params.model.pretrained}`)"
+    return f"`{name}` adapts {model} with " + "; ".join(parts) + "."
+
+
+WHAT = {"object": "the object", "color": "background colour", "texture": "background texture",
+        "shape": "the outlined shape next to the object", "position": "grid cell of the object"}
+
+
+def world_datasets(root: Path) -> str:
+    """The embedded datasets params.yaml's world draws: classes, what a class is, images per split."""
+    from dear.data.world import RARE_SET, dataset_names, dataset_specs
+
+    params = load_params(root / DEMO)
+    world = params.world
+    drawn = set(dataset_names(world))
+    rows = []
+    for spec in dataset_specs(world, every_attribute_set=True):
+        what = WHAT[spec.label_attribute] + (", drawn as grey line art" if spec.style == "sketch" else "")
+        if spec.name == RARE_SET:
+            what += ", rarely named in the captions"
+        rows.append(_world_row(spec.name, len(spec.classnames), what, spec.per_class, spec.name in drawn, params))
+    if RARE_SET not in drawn:
+        rows.insert(3, _world_row(RARE_SET, 0, "the object, rarely named in the captions",
+                                  tuple(world.objects_split), False, params))
+    from dear.data.world_emoji import catalog
+
+    header = ["dataset", "classes", "a class is", "train / val / test per class", "drawn", "in the demo study"]
+    return (table(header, rows) + f"\n\nThe object classes are a seeded draw from the {len(catalog()):,} usable "
+            "OpenMoji emoji, disjoint between `world_objects`, `world_objects_b` and `world_objects_rare`.")
+
+
+def _world_row(name: str, classes: int, what: str, split: tuple, drawn: bool, params: Params) -> list[str]:
+    return [f"`{name}`", str(classes) if classes else "—", what, " / ".join(map(str, split)),
+            "yes" if drawn else "no", _role(name, params)]
+
+
+def _role(name: str, params: Params) -> str:
+    transfer = params.study.transfer
+    roles = [label for label, used in (
+        ("base-to-novel", name in params.study.base_to_novel),
+        ("transfer source", name == transfer.source),
+        ("cross-dataset target", name in transfer.cross_dataset),
+        ("domain-generalization target", name in transfer.domain_generalization),
+        ("profiled (head roles)", name == params.profile.dataset),
+    ) if used]
+    return ", ".join(roles) or "—"
+
+
+PROFILES = "workflow/profiles"
+ATTEMPT = re.compile(r"^\s*(\d+)\s*\*\s*attempt\s*$")
+
+
+def _profile(root: Path, name: str) -> dict:
+    return yaml.safe_load((root / PROFILES / name / "config.yaml").read_text())
+
+
+def slurm_resources(root: Path) -> str:
+    """What the slurm profile asks for per rule at attempt 1, and how a resubmission grows."""
+    resources = _profile(root, "slurm")["set-resources"]
+    rows, grows = [], set()
+    for rule, asks in resources.items():
+        memory, mem_grows = _attempt_1(asks.get("mem_mb"))
+        runtime, time_grows = _attempt_1(asks.get("runtime"))
+        grows |= {"memory"} if mem_grows else set()
+        grows |= {"time limit"} if time_grows else set()
+        rows.append([rule, str(asks.get("gpu", "—")), f"{memory / 1000:g} GB" if memory else "—",
+                     minutes(runtime) if runtime else "—", str(asks.get("cpus_per_task", "—"))])
+    text = table(["rule", "GPU", "memory", "time limit", "CPUs"], rows)
+    if grows:
+        text += (f"\n\nAttempt *n* of a job asks *n* times the {' and the '.join(sorted(grows))} of attempt 1 "
+                 f"(`{PROFILES}/slurm/config.yaml`).")
+    return text
+
+
+def _attempt_1(expression) -> tuple[int | None, bool]:
+    """(value at attempt 1, grows with the attempt) of a resource: 120, or '120 * attempt'."""
+    if expression is None:
+        return None, False
+    if isinstance(expression, int):
+        return expression, False
+    match = ATTEMPT.match(str(expression))
+    if not match:
+        raise DearError(f"docs: resource {expression!r} of the slurm profile is not N or 'N * attempt'; "
+                        "teach dear/docs/configs.py to show it")
+    return int(match[1]), True
+
+
+def profiles(root: Path) -> str:
+    """The Snakemake profiles side by side: where jobs run, how many, retries, on failure."""
+    rows = []
+    for folder in sorted((root / PROFILES).iterdir()):
+        config = _profile(root, folder.name)
+        rows.append([f"`{folder.name}`", config.get("executor", "local"),
+                     str(config.get("jobs", config.get("cores", "—"))), str(config.get("retries", 0)),
+                     value(config.get("keep-going", False)), value(config.get("rerun-incomplete", False))])
+    return table(["profile", "executor", "jobs (or cores) at once", "retries", "keep-going", "rerun-incomplete"],
+                 rows)
