@@ -31,8 +31,6 @@ README_MAX_LINES = 200
 PENDING = {
     "docs/engines.md": "branch engines-cli",
     "docs/configs.md": "branch engines-cli",
-    "docs/bad-inputs.md": "branch faults",
-    "docs/faults.md": "branch faults",
 }
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 MEASURED = re.compile(r"^(\*\*[^*]+\*\* )?Measured\b")  # a paragraph reporting measurements
