@@ -1,8 +1,9 @@
 """The `dear` command line: one thin command per stage.
 
-Each command only parses its arguments, loads `params.yaml` and calls the
-stage's `run(params, inputs, outputs)`. A `DearError` (bad input) prints one
-line and exits 1; `--debug` shows the traceback instead.
+Each command only parses its arguments, loads `params.yaml` (with any
+`--set KEY=VALUE` on top) and calls the stage's `run(params, inputs, outputs)`.
+A `DearError` (bad input) prints one line and exits 1; `--debug` shows the
+traceback instead. Commands are defined in pipeline order, which `--help` keeps.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import typer
 
 from dear.check import check_file, stage_problems
 from dear.errors import DearError
-from dear.params import DEFAULT_PATH, load_params
+from dear.params import DEFAULT_PATH, load_params, parse_overrides
 
 app = typer.Typer(
     name="dear",
@@ -33,20 +34,36 @@ _state = {"debug": False}
 
 ParamsOption = typer.Option(DEFAULT_PATH, "--params", help="parameters file (one section per stage)")
 LogOption = typer.Option(None, "--log", help="also write this stage's log to this file")
+SetOption = typer.Option(
+    None, "--set", metavar="KEY=VALUE",
+    help="change one parameter for this run (repeatable; dotted keys, YAML values: --set train.epochs=1); "
+         "checked like the params file and recorded in the outputs' provenance")
 SEED = "{seed}"  # in a path option: replaced by each seed of the job
 SeedOption = typer.Option(
     None, "--seed", help=f"run seed; repeat for several. Paths holding {SEED} are run once per seed "
                          f"(default: every data.seeds when a path holds {SEED})")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"dear {version('dear')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks for errors")) -> None:
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks for errors"),
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="print the version and exit"),
+) -> None:
     _state["debug"] = debug
 
 
-def _run_stage(name: str, params: Path, log: Optional[Path], inputs: dict, outputs: dict,
+def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional[Path], inputs: dict, outputs: dict,
                seeds: Optional[List[int]] = None) -> None:
-    """Load params, then run `dear.stages.<name>.run(params, Inputs(**inputs), Outputs(**outputs))`.
+    """Load params (and --set), then run `dear.stages.<name>.run(params, Inputs(**inputs), Outputs(**outputs))`.
 
     With {seed} in its paths, the stage runs once per seed in this one process:
     a job of several seeds pays the imports (~5 s of torch, torchvision and
@@ -56,13 +73,16 @@ def _run_stage(name: str, params: Path, log: Optional[Path], inputs: dict, outpu
     a training run), and a `DearError` anywhere becomes one line on stderr and
     exit code 1.
     """
+    from dear import io  # pyarrow: not for --help and --version
+
     os.environ["HF_HUB_OFFLINE"] = "1"  # stages never try the network (`dear fetch-weights` does, on purpose)
     logging_to_file = False
     try:
         _check_log_outside(log, outputs.get("folder"))
         _configure_logging(log)
         logging_to_file = log is not None
-        loaded = load_params(params)
+        loaded = load_params(params, sets or ())
+        io.record_overrides(parse_overrides(sets or ()))
         stage_problems(loaded, name, str(params))  # every problem of this stage's params, before torch loads
         runs = seed_runs(inputs, outputs, seeds, loaded.data.seeds)
         stage = importlib.import_module(f"dear.stages.{name}")
@@ -79,6 +99,8 @@ def _run_stage(name: str, params: Path, log: Optional[Path], inputs: dict, outpu
             raise
         _print_errors(err, log if logging_to_file else None)
         raise typer.Exit(code=1)
+    finally:
+        io.record_overrides({})  # a later command in this process (tests) starts clean
 
 
 def _print_errors(err: DearError, log: Optional[Path] = None) -> None:
@@ -178,24 +200,14 @@ def _configure_logging(log: Optional[Path]) -> None:
 
 
 @app.command()
-def prepare(
-    dataset: str = typer.Option(..., help="dataset folder name under data.root (e.g. oxford_pets)"),
-    out: Path = typer.Option(..., help="output folder: manifest.parquet and fewshot-seed<S>.parquet"),
-    params: Path = ParamsOption,
-    log: Optional[Path] = LogOption,
-) -> None:
-    """Index a dataset in CoOp's layout: manifest and one few-shot table per seed."""
-    _run_stage("prepare", params, log, inputs=dict(dataset=dataset), outputs=dict(folder=out))
-
-
-@app.command()
 def world(
     out: Path = typer.Option(Path("world"), help="output folder: one CoOp-layout folder per embedded dataset + card.json"),
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
+    overrides: Optional[List[str]] = SetOption,
 ) -> None:
     """Draw the embedded emoji world: every embedded dataset in CoOp's layout, with true attributes."""
-    _run_stage("world", params, log, inputs=dict(), outputs=dict(folder=out))
+    _run_stage("world", params, overrides, log, inputs=dict(), outputs=dict(folder=out))
 
 
 @app.command()
@@ -204,9 +216,22 @@ def backbone(
     out: Path = typer.Option(Path("backbone"), help="output folder: model.pt (state dict) and card.json"),
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
+    overrides: Optional[List[str]] = SetOption,
 ) -> None:
     """Make the CLIP backbone (train the embedded one, or load real weights) and its card with zero-shot sanity metrics."""
-    _run_stage("backbone", params, log, inputs=dict(world=world), outputs=dict(folder=out))
+    _run_stage("backbone", params, overrides, log, inputs=dict(world=world), outputs=dict(folder=out))
+
+
+@app.command()
+def prepare(
+    dataset: str = typer.Option(..., help="dataset folder name under data.root (e.g. oxford_pets)"),
+    out: Path = typer.Option(..., help="output folder: manifest.parquet and fewshot-seed<S>.parquet"),
+    params: Path = ParamsOption,
+    log: Optional[Path] = LogOption,
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """Index a dataset in CoOp's layout: manifest and one few-shot table per seed."""
+    _run_stage("prepare", params, overrides, log, inputs=dict(dataset=dataset), outputs=dict(folder=out))
 
 
 @app.command()
@@ -216,9 +241,10 @@ def profile(
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
+    overrides: Optional[List[str]] = SetOption,
 ) -> None:
     """Profile the image encoder's heads: per-head TextSpan texts, Concept Entropy and roles."""
-    _run_stage("profile", params, log, inputs=dict(backbone=backbone, manifest=manifest), outputs=dict(folder=out))
+    _run_stage("profile", params, overrides, log, inputs=dict(backbone=backbone, manifest=manifest), outputs=dict(folder=out))
 
 
 @app.command()
@@ -237,9 +263,10 @@ def train(
         None, help="resumable checkpoint file (default: checkpoints/<out>/ckpt.pt)"),
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
+    overrides: Optional[List[str]] = SetOption,
 ) -> None:
     """Train one method on one dataset's few-shot training shots, once per seed (resumes from its checkpoint)."""
-    _run_stage("train", params, log,
+    _run_stage("train", params, overrides, log,
                inputs=dict(method=method, dataset=dataset, seed=None, backbone=backbone, fewshot=fewshot, roles=roles,
                            classes=classes),
                outputs=dict(folder=out, checkpoint=checkpoint), seeds=seed)
@@ -256,9 +283,10 @@ def fuse(
     seed: Optional[List[int]] = SeedOption,
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
+    overrides: Optional[List[str]] = SetOption,
 ) -> None:
     """Refit the fusion weights alpha on validation shots, network frozen."""
-    _run_stage("fuse", params, log, inputs=dict(model=model, backbone=backbone, roles=roles, fewshot=fewshot,
+    _run_stage("fuse", params, overrides, log, inputs=dict(model=model, backbone=backbone, roles=roles, fewshot=fewshot,
                                                 manifest=fewshot.parent / "manifest.parquet", classes=_classes(classes)),
                outputs=dict(fusion=out), seeds=seed)
 
@@ -276,9 +304,10 @@ def evaluate(
     seed: Optional[List[int]] = SeedOption,
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
+    overrides: Optional[List[str]] = SetOption,
 ) -> None:
     """Score a trained model: per-class correct/total counts for the paper's protocols."""
-    _run_stage("evaluate", params, log, inputs=dict(model=model, fusion=fusion, backbone=backbone, roles=roles,
+    _run_stage("evaluate", params, overrides, log, inputs=dict(model=model, fusion=fusion, backbone=backbone, roles=roles,
                                                     source=source, classes=_classes(classes), data=data),
                outputs=dict(folder=out), seeds=seed)
 
@@ -344,6 +373,7 @@ def report(
     out: Path = typer.Option(..., help="output folder: results.md/csv, metrics.json, pictures, plots/"),
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
+    overrides: Optional[List[str]] = SetOption,
 ) -> None:
     """Aggregate eval tables into the paper's tables, pictures and DVC metrics."""
     try:
@@ -351,7 +381,7 @@ def report(
     except DearError as err:
         typer.echo(f"error: {err}; see dear report --help", err=True)
         raise typer.Exit(code=2)
-    _run_stage("report", params, log, inputs=lists, outputs=dict(folder=out))
+    _run_stage("report", params, overrides, log, inputs=lists, outputs=dict(folder=out))
 
 
 def _file_lists(args: list[str], flags: dict[str, str]) -> dict[str, list[Path]]:

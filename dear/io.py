@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from dear.errors import DearError
 
 PROVENANCE_KEY = b"dear.provenance"
+_OVERRIDES: dict[str, Any] = {}  # this process's `--set KEY=VALUE` (dear.cli records them): in every provenance
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -402,8 +403,14 @@ def versions() -> dict[str, str]:
     return found
 
 
+def record_overrides(overrides: dict[str, Any]) -> None:
+    """Remember this run's `--set` values, so every output says its params were not the file's alone."""
+    _OVERRIDES.clear()
+    _OVERRIDES.update(overrides)
+
+
 def provenance(params: Any, inputs: dict[str, str | os.PathLike] | None = None, seed: int | None = None) -> dict:
-    """What made an output: params hash, hashes of input files, versions, seed.
+    """What made an output: params hash, hashes of input files, versions, seed (and `--set` overrides, if any).
 
     `params` is a pydantic section (or a dict of them); inputs that are
     folders are recorded by path only (hashing a dataset is `data.verify`'s job).
@@ -413,13 +420,16 @@ def provenance(params: Any, inputs: dict[str, str | os.PathLike] | None = None, 
     for name, path in (inputs or {}).items():
         path = Path(path)
         hashes[name] = sha256_file(path) if path.is_file() else f"dir:{path}"
-    return {
+    record = {
         "params": params_dict,
         "params_sha256": sha256_json(params_dict),
         "inputs_sha256": hashes,
         "versions": versions(),
         "seed": seed,
     }
+    if _OVERRIDES:
+        record["overrides"] = dict(_OVERRIDES)
+    return record
 
 
 def _as_dict(params: Any) -> Any:

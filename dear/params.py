@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -334,6 +334,14 @@ class Report(Section):
 class Params(Section):
     """The whole `params.yaml`."""
 
+    @field_validator("output_root")
+    @classmethod
+    def _plain_folder(cls, value: str) -> str:
+        """Engines build every path from it: no braces (Snakemake wildcards) and no spaces (shell commands)."""
+        if not value or any(char in value for char in "{} \t\n"):
+            raise ValueError(f"{value!r} is not a plain folder path; use one without spaces or braces, e.g. '.'")
+        return value
+
     @model_validator(mode="after")
     def _datasets_are_prepared(self) -> "Params":
         """Every dataset the study or the profile uses must be one that `prepare` makes."""
@@ -345,6 +353,9 @@ class Params(Section):
             raise ValueError(f"datasets {missing} are used by study/profile but not listed in data.datasets; add them")
         return self
 
+    output_root: str = Field(
+        description="folder every output of this config goes under, logs and checkpoints too ('.' for the demo); "
+                    "give each config its own, so studies never share a file")
     data: Data
     world: World
     model: Model
@@ -378,13 +389,19 @@ def read_yaml(path: str | Path) -> dict:
     return raw
 
 
-def load_params(path: str | Path = DEFAULT_PATH) -> Params:
-    """Load and validate the whole file; any problem is a one-line `DearError`."""
+def load_params(path: str | Path = DEFAULT_PATH, overrides: Sequence[str] = ()) -> Params:
+    """Load and validate the whole file; any problem is a one-line `DearError`.
+
+    `overrides` are `KEY=VALUE` strings (`--set train.epochs=1`): each VALUE is
+    read as YAML, exactly as in the file, and replaces the dotted KEY before
+    validation, so an override passes the same checks and gets the same errors.
+    """
     raw = read_yaml(path)
+    apply_overrides(raw, overrides)
     try:
         return Params.model_validate(raw)
     except ValidationError as err:
-        raise DearError(_one_line(err, Path(path))) from None
+        raise DearError(_one_line(err, _source(Path(path), overrides, err))) from None
 
 
 def validate(raw: dict, path: str | Path) -> tuple[Params | None, list[str]]:
@@ -395,7 +412,53 @@ def validate(raw: dict, path: str | Path) -> tuple[Params | None, list[str]]:
         return None, [_error_line(problem, Path(path)) for problem in err.errors()]
 
 
-def _one_line(err: ValidationError, path: Path) -> str:
+def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """{dotted key: value} of `KEY=VALUE` strings; VALUE is YAML 1.1, like the params file (1e-3 stays text)."""
+    return dict(_parse_override(item) for item in overrides)
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    key, sep, value = item.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise DearError(f"--set {item}: expected KEY=VALUE with a dotted key, e.g. --set train.epochs=1")
+    try:
+        return key, yaml.safe_load(value)
+    except yaml.YAMLError:
+        raise DearError(f"--set {item}: the value is not valid YAML; quote it or fix the syntax") from None
+
+
+def apply_overrides(raw: dict, overrides: Sequence[str]) -> None:
+    """Set each dotted key of `overrides` in `raw`, in place and in order (a later --set wins).
+
+    A missing section is created, and then rejected by the validation as an
+    unknown key with the usual message; a key under a plain value is an error.
+    """
+    for item in overrides:
+        key, value = _parse_override(item)
+        *parents, leaf = key.split(".")
+        node = raw
+        for depth, part in enumerate(parents):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                where = ".".join(parents[:depth + 1])
+                raise DearError(f"--set {item}: '{where}' is a value, not a section; set '{where}' itself")
+        node[leaf] = value
+
+
+def _source(path: Path, overrides: Sequence[str], err: ValidationError) -> str:
+    """The file, or the file and the --set the first problem comes from (its key, a key under it or above it)."""
+    key = ".".join(str(part) for part in err.errors()[0]["loc"])
+    if not key and overrides:  # a rule across sections: any --set may have broken it
+        return f"{path} (with --set {' '.join(overrides)})"
+    for item in reversed(overrides):  # the last --set of a key is the one in force
+        name = item.partition("=")[0].strip()
+        if key == name or key.startswith(name + ".") or name.startswith(key + "."):
+            return f"{path} (--set {item})"
+    return str(path)
+
+
+def _one_line(err: ValidationError, path: Path | str) -> str:
     """The first validation problem, as: file, dotted key, what was expected."""
     return _error_line(err.errors()[0], path)
 

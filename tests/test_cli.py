@@ -1,0 +1,75 @@
+"""The command line as its users expect: --version, stages in pipeline order, --set KEY=VALUE on every stage."""
+
+import re
+from importlib.metadata import version
+
+import pytest
+from typer.testing import CliRunner
+
+from dear.cli import app
+from dear.io import read_provenance
+from tests.fake_coop import make_fake_dataset, write_params
+
+PIPELINE = ["world", "backbone", "prepare", "profile", "train", "fuse", "evaluate", "report"]
+
+
+def test_version():
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"dear {version('dear')}"
+
+
+def test_help_lists_the_stages_in_pipeline_order():
+    output = CliRunner().invoke(app, ["--help"], terminal_width=200).output
+    listed = [name for name in re.findall(r"^│ (\w[\w-]*) ", output, flags=re.M) if name in PIPELINE]
+    assert listed == PIPELINE
+    utilities = [name for name in re.findall(r"^│ (\w[\w-]*) ", output, flags=re.M) if name not in PIPELINE]
+    commands = re.findall(r"^│ (\w[\w-]*) ", output, flags=re.M)
+    assert all(commands.index(name) > commands.index("report") for name in utilities), "utilities come after report"
+
+
+def test_every_stage_takes_set():
+    for name in PIPELINE:
+        output = CliRunner().invoke(app, [name, "--help"], terminal_width=200).output
+        assert "--set" in output and "KEY=VALUE" in output, name
+
+
+@pytest.fixture
+def fake(tmp_path):
+    make_fake_dataset(tmp_path / "raw", "oxford_pets", n_classes=3, per_class=3)
+    return write_params(tmp_path / "params.yaml", root=tmp_path / "raw", datasets=["oxford_pets"], seeds=[1], shots=3)
+
+
+def prepare(params, out, *sets):
+    extra = [arg for item in sets for arg in ("--set", item)]
+    return CliRunner().invoke(app, ["prepare", "--dataset", "oxford_pets", "--out", str(out), "--params", str(params),
+                                    *extra])
+
+
+def test_set_changes_the_run_and_is_recorded_in_the_provenance(fake, tmp_path):
+    plain, changed = tmp_path / "plain", tmp_path / "changed"
+    assert prepare(fake, plain).exit_code == 0
+    result = prepare(fake, changed, "data.shots=1", "data.seeds=[7]")
+    assert result.exit_code == 0, result.output
+    assert (changed / "fewshot-seed7.parquet").is_file() and not (changed / "fewshot-seed1.parquet").exists()
+    made_by = read_provenance(changed / "manifest.parquet")
+    assert made_by["overrides"] == {"data.shots": 1, "data.seeds": [7]}
+    assert made_by["params"]["shots"] == 1
+    assert "overrides" not in read_provenance(plain / "manifest.parquet")
+    assert "shots: 3" in fake.read_text(), "--set never writes the params file"
+
+
+@pytest.mark.parametrize("item, expected", [
+    ("data.shots=many", "(--set data.shots=many): key 'data.shots' must be int"),
+    ("data.shotz=1", "(--set data.shotz=1): unknown key 'data.shotz'; remove it or fix its spelling"),
+    ("train.lr=1e-3", "write 1.0e-3, not 1e-3"),
+    ("data.seeds.first=1", "--set data.seeds.first=1: 'data.seeds' is a value, not a section"),
+    ("data.shots", "--set data.shots: expected KEY=VALUE"),
+    ("data.shots=[1", "--set data.shots=[1: the value is not valid YAML"),
+])
+def test_bad_set_is_one_line_like_a_bad_params_file_and_writes_nothing(fake, tmp_path, item, expected):
+    result = prepare(fake, tmp_path / "out", item)
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and result.output.startswith("error: ")
+    assert expected in result.output
+    assert not (tmp_path / "out").exists()
