@@ -1,8 +1,11 @@
 # The study as a Snakemake workflow: the same `dear ...` commands as dvc.yaml.
 # Run: snakemake --cores 2   (or --profile workflow/profiles/slurm on a cluster)
+# Another config: snakemake --configfile configs/paper-vitb16.yaml   (it replaces params.yaml,
+# it is not merged into it; --config KEY=VALUE overrides either). Its outputs go under its output_root.
 from snakemake.utils import validate
 
-configfile: "params.yaml"
+if not workflow.overwrite_configfiles:
+    configfile: "params.yaml"
 validate(config, "workflow/schemas/params.schema.yaml")
 
 include: "workflow/rules/common.smk"
@@ -15,7 +18,12 @@ include: "workflow/rules/report.smk"
 
 rule all:
     input:
-        "report/results.md",
+        rooted("report/results.md"),
+
+
+# Before the first job: nothing this config writes may land outside its output root.
+onstart:
+    slurm_logs_stay_under_the_root()
 
 
 # Every problem of the config in use (data folders, weights, device, SVD rank...) at once, before the

@@ -94,6 +94,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
             if len(runs) > 1:
                 logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
             stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
+        _write_digests(name, outputs)
     except DearError as err:
         if _state["debug"]:
             raise
@@ -121,6 +122,19 @@ def _check_log_outside(log: Optional[Path], folder: Optional[Path]) -> None:
     if any(fnmatch.fnmatchcase(str(parent), pattern) for parent in Path(log).resolve().parents):
         raise DearError(f"--log {log}: inside the output folder {folder}, which the stage replaces as a whole; "
                         "put the log elsewhere (e.g. logs/)")
+
+
+DIGESTED = {"folder": False, "fusion": True}  # Outputs field -> whether it names a file (else a folder)
+
+
+def _write_digests(name: str, outputs: dict) -> None:
+    """After the last seed: the digests of each output folder (dear/digest.py: what dvc.yaml links stages by)."""
+    from dear.digest import digested_folder, write_digests
+
+    for key, value in outputs.items():
+        folder = digested_folder(value, DIGESTED[key], SEED) if key in DIGESTED and value is not None else None
+        if folder is not None and folder.is_dir():
+            write_digests(folder, name)
 
 
 def seed_runs(inputs: dict, outputs: dict, seeds: Optional[List[int]], default: list[int]) -> list[tuple]:
@@ -260,7 +274,7 @@ def train(
     roles: Optional[Path] = typer.Option(None, help="roles.parquet of `dear profile` (needed by --method dear)"),
     classes: str = typer.Option("base", help="classes trained on: base (base-to-novel) | all (transfer source)"),
     checkpoint: Optional[Path] = typer.Option(
-        None, help="resumable checkpoint file (default: checkpoints/<out>/ckpt.pt)"),
+        None, help="resumable checkpoint file (default: <output_root>/checkpoints/<out below the root>/ckpt.pt)"),
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,

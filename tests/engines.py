@@ -11,7 +11,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-PIPELINE_FILES = ["Snakefile", "dvc.yaml", "workflow", "dear", ".dvcignore"]
+# What a fresh clone holds of the pipeline (the kept output folders' .gitignore included)
+PIPELINE_FILES = ["Snakefile", "dvc.yaml", "workflow", "dear", "configs", ".dvcignore",
+                  "data/.gitignore", "runs/.gitignore", "transfer/.gitignore"]
 
 
 @dataclass
@@ -36,6 +38,7 @@ def make_project(folder: Path, params_text: str) -> Path:
         if source.is_dir():
             shutil.copytree(source, folder / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, folder / name)
     (folder / "params.yaml").write_text(params_text)
     run(["dvc", "init", "--no-scm", "-q"], folder)
@@ -50,9 +53,9 @@ def run(command: list[str], cwd: Path, timeout: int = 600) -> subprocess.Complet
     return result
 
 
-def snakemake_graph(project: Path, targets: list[str] = ()) -> dict[str, Step]:
+def snakemake_graph(project: Path, targets: list[str] = (), options: list[str] = ()) -> dict[str, Step]:
     """{shell command: Step} of every job, parsed from `snakemake -n -p -F` (the full DAG, nothing run)."""
-    text = run([str(BIN / "snakemake"), "-n", "-p", "-F", "--cores", "1", *targets], project).stdout
+    text = run([str(BIN / "snakemake"), "-n", "-p", "-F", "--cores", "1", *options, *targets], project).stdout
     steps: dict[str, Step] = {}
     for block in text.split("\nrule ")[1:]:
         fields = {}
@@ -67,16 +70,34 @@ def snakemake_graph(project: Path, targets: list[str] = ()) -> dict[str, Step]:
     return steps
 
 
-def dvc_graph(project: Path) -> dict[str, Step]:
-    """{command: Step} for every (matrix-expanded) stage of dvc.yaml."""
+def dvc_graph(project: Path, dvcfile: str = "dvc.yaml") -> dict[str, Step]:
+    """{command: Step} for every (matrix-expanded) stage of `dvcfile`, paths relative to the project.
+
+    A digest read as a params file (X/.digest/folder.yaml, X/.digest/NAME.yaml) stands
+    for what it digests (X, X/NAME: dear/digest.py); the config's own sections are left out.
+    """
     from dvc.repo import Repo
 
     steps = {}
     with Repo(str(project)) as repo:
         for stage in repo.index.stages:
-            deps = {dep.def_path for dep in stage.deps if not dep.def_path.endswith(".yaml")}
-            steps[" ".join(stage.cmd.split())] = Step(deps=deps, outs={out.def_path for out in stage.outs})
+            if Path(stage.dvcfile.path).resolve() != (project / dvcfile).resolve():
+                continue
+            wdir = Path(os.path.relpath(stage.wdir, project))
+            deps = {_digested(os.path.normpath(wdir / dep.def_path)) for dep in stage.deps}
+            outs = {os.path.normpath(wdir / out.def_path) for out in stage.outs}
+            steps[" ".join(stage.cmd.split())] = Step(deps={dep for dep in deps if dep}, outs=outs)
     return steps
+
+
+def _digested(path: str) -> str | None:
+    """What a dependency stands for: a digest -> its folder or file; a config file -> None; else itself."""
+    parts = Path(path).parts
+    if ".digest" in parts:
+        index = parts.index(".digest")
+        folder = Path(*parts[:index])
+        return str(folder) if parts[-1] == "folder.yaml" else str(folder / parts[-1].removesuffix(".yaml"))
+    return None if path.endswith(".yaml") else path
 
 
 def covered(path: str, by: set[str]) -> bool:

@@ -91,6 +91,9 @@ def test_default_checkpoint_is_one_per_output_folder(tmp_path, monkeypatch):
     assert stage.default_checkpoint(Path("transfer/dear/seed1")) == Path("checkpoints/transfer/dear/seed1/ckpt.pt")
     outside = stage.default_checkpoint(Path("/elsewhere/run"))
     assert outside.parts[0] == "checkpoints" and outside.parts[1].startswith("outside-")
+    # another config's checkpoints stay under its own output root
+    rooted = stage.default_checkpoint(Path("paper/runs/dear/ds/train/seed1"), "paper")
+    assert rooted == Path("paper/checkpoints/runs/dear/ds/train/seed1/ckpt.pt")
 
 
 def test_warmup_then_a_cosine_stepped_per_epoch():

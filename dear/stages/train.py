@@ -64,25 +64,29 @@ class Inputs:
 @dataclass(frozen=True)
 class Outputs:
     folder: Path  # gets model.pt and train_log.parquet
-    checkpoint: Path | None  # resumable state, outside the declared outputs; None = default_checkpoint(folder)
+    checkpoint: Path | None  # resumable state, outside the declared outputs; None = default_checkpoint(folder, output_root)
     FILES: ClassVar[tuple[str, ...]] = ("model.pt", "train_log.parquet")
 
 
-def default_checkpoint(out: Path) -> Path:
-    """checkpoints/<output folder>/ckpt.pt: one per output folder, so parallel runs never share one."""
+def default_checkpoint(out: Path, root: str = ".") -> Path:
+    """<output_root>/checkpoints/<output folder below the root>/ckpt.pt: one per output folder.
+
+    Parallel runs never share one, and each config's checkpoints stay under its
+    own output root, beside (never inside) the outputs a pipeline engine deletes.
+    """
     resolved = Path(out).resolve()
     try:
-        relative = resolved.relative_to(Path.cwd().resolve())
-    except ValueError:  # an output outside the project: a stable name from its absolute path
+        relative = resolved.relative_to(Path(root).resolve())
+    except ValueError:  # an output outside the root: a stable name from its absolute path
         relative = Path("outside-" + hashlib.sha256(str(resolved).encode()).hexdigest()[:16])
-    return Path("checkpoints") / relative / "ckpt.pt"
+    return Path(root) / "checkpoints" / relative / "ckpt.pt"
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     from dear.model.clip import load_backbone
 
     spec = method(inputs.method or params.train.method, params)
-    checkpoint = outputs.checkpoint or default_checkpoint(outputs.folder)
+    checkpoint = outputs.checkpoint or default_checkpoint(outputs.folder, params.output_root)
     check_output_file(checkpoint)
     template = _template(params, inputs.dataset)
     if inputs.classes not in ("base", "all"):

@@ -4,12 +4,12 @@ rule prepare:
         code=code(*CORE, "dear/stages/prepare.py", "dear/data"),
         world=WORLD,
     output:
-        manifest="data/{dataset}/manifest.parquet",
-        excluded="data/{dataset}/excluded.parquet",
-        fewshot=expand("data/{{dataset}}/fewshot-seed{seed}.parquet", seed=SEEDS),
+        manifest=rooted("data/{dataset}/manifest.parquet"),
+        excluded=rooted("data/{dataset}/excluded.parquet"),
+        fewshot=expand(rooted("data/{{dataset}}/fewshot-seed{seed}.parquet"), seed=SEEDS),
     params:
         section=section("data"),
     log:
-        "logs/prepare/{dataset}.log",
+        rooted("logs/prepare/{dataset}.log"),
     shell:
-        "dear prepare --params params.yaml --dataset {wildcards.dataset} --out data/{wildcards.dataset} --log {log}"
+        "dear prepare --params {CONFIG} --dataset {wildcards.dataset} --out {R}data/{wildcards.dataset} --log {log}"

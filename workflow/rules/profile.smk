@@ -3,19 +3,19 @@ rule profile:
     input:
         code=code(*MODEL, "dear/stages/profile.py", "dear/report", "dear/data"),
         backbone=BACKBONE,
-        manifest=f"data/{PROFILED}/manifest.parquet",
+        manifest=rooted(f"data/{PROFILED}/manifest.parquet"),
         world=WORLD,
     output:
         roles=ROLES,
-        concepts=f"roles/{PROFILED}/head_concepts.parquet",
-        texts=f"roles/{PROFILED}/head_texts.parquet",
-        heatmap=f"roles/{PROFILED}/heatmap.png",
-        summary=f"roles/{PROFILED}/roles.md",
-        ablation=f"roles/{PROFILED}/ablation.parquet",
+        concepts=rooted(f"roles/{PROFILED}/head_concepts.parquet"),
+        texts=rooted(f"roles/{PROFILED}/head_texts.parquet"),
+        heatmap=rooted(f"roles/{PROFILED}/heatmap.png"),
+        summary=rooted(f"roles/{PROFILED}/roles.md"),
+        ablation=rooted(f"roles/{PROFILED}/ablation.parquet"),
     params:
         section=section("profile", "world", "data"),
-        out=f"roles/{PROFILED}",
+        out=rooted(f"roles/{PROFILED}"),
     log:
-        "logs/profile.log",
+        rooted("logs/profile.log"),
     shell:
-        "dear profile --params params.yaml --backbone backbone --manifest {input.manifest} --out {params.out} --log {log}"
+        "dear profile --params {CONFIG} --backbone {R}backbone --manifest {input.manifest} --out {params.out} --log {log}"

@@ -10,20 +10,20 @@ rule train:
     input:
         code=TRAIN_CODE,
         backbone=BACKBONE,
-        fewshot=seeds_of("data/{dataset}/fewshot-seed{seed}.parquet"),
+        fewshot=seeds_of(rooted("data/{dataset}/fewshot-seed{seed}.parquet")),
         roles=ROLES,
         world=WORLD,
     output:
-        model=seeds_of("runs/{method}/{dataset}/train/seed{seed}/model.pt"),
-        log=seeds_of("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet"),
+        model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
+        log=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet")),
     params:
         section=section("dear", "train", "fusion"),
     log:
-        "logs/train/{method}/{dataset}.log",
+        rooted("logs/train/{method}/{dataset}.log"),
     shell:
-        "dear train --params params.yaml --method {wildcards.method} --dataset {wildcards.dataset} --classes base"
-        " --backbone backbone --fewshot data/{wildcards.dataset}/fewshot-seed{{seed}}.parquet --roles {input.roles}"
-        " --out runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}} --log {log}"
+        "dear train --params {CONFIG} --method {wildcards.method} --dataset {wildcards.dataset} --classes base"
+        " --backbone {R}backbone --fewshot {R}data/{wildcards.dataset}/fewshot-seed{{seed}}.parquet --roles {input.roles}"
+        " --out {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}} --log {log}"
 
 
 rule train_transfer:
@@ -31,17 +31,17 @@ rule train_transfer:
     input:
         code=TRAIN_CODE,
         backbone=BACKBONE,
-        fewshot=seeds_of(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet"),
+        fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
         roles=ROLES,
         world=WORLD,
     output:
-        model=seeds_of("transfer/{method}/train/seed{seed}/model.pt"),
-        log=seeds_of("transfer/{method}/train/seed{seed}/train_log.parquet"),
+        model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
+        log=seeds_of(rooted("transfer/{method}/train/seed{seed}/train_log.parquet")),
     params:
         section=section("dear", "train", "fusion"),
     log:
-        "logs/train_transfer/{method}.log",
+        rooted("logs/train_transfer/{method}.log"),
     shell:
-        f"dear train --params params.yaml --method {{wildcards.method}} --dataset {SOURCE} --classes all"
-        f" --backbone backbone --fewshot data/{SOURCE}/fewshot-seed{{{{seed}}}}.parquet --roles {{input.roles}}"
-        " --out transfer/{wildcards.method}/train/seed{{seed}} --log {log}"
+        "dear train --params {CONFIG} --method {wildcards.method} --dataset {SOURCE} --classes all"
+        " --backbone {R}backbone --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --roles {input.roles}"
+        " --out {R}transfer/{wildcards.method}/train/seed{{seed}} --log {log}"

@@ -7,9 +7,9 @@ rule world:
     params:
         section=section("world"),
     log:
-        "logs/world.log",
+        rooted("logs/world.log"),
     shell:
-        "dear world --params params.yaml --out world --log {log}"
+        "dear world --params {CONFIG} --out {R}world --log {log}"
 
 
 rule backbone:
@@ -22,6 +22,6 @@ rule backbone:
     params:
         section=section("world", "model", "backbone"),
     log:
-        "logs/backbone.log",
+        rooted("logs/backbone.log"),
     shell:
-        "dear backbone --params params.yaml --world world --out backbone --log {log}"
+        "dear backbone --params {CONFIG} --world {R}world --out {R}backbone --log {log}"

@@ -1,0 +1,65 @@
+"""Digests of output folders: `<folder>/.digest/*.yaml`, the sha256 of what a stage wrote.
+
+Why they exist: DVC cannot plan (`dvc repro --dry`) a stage whose file
+dependencies do not exist yet, which on a fresh clone is every stage after the
+first (its run cache hashes each dependency: treeverse/dvc#9818). A missing
+*params* file that is read whole is fine, so dvc.yaml links stages through
+these small YAML files instead of through the outputs themselves:
+
+    <folder>/.digest/folder.yaml     sha256 over every file below <folder> (paths and contents)
+    <folder>/.digest/<name>.yaml     sha256 of the file <folder>/<name> (each file directly in <folder>)
+
+A digest changes exactly when the bytes it covers change, so DVC reruns a
+stage when, and only when, what it reads changed. Every stage command writes
+them after its last output (any engine, or by hand), so a workspace built by
+Snakemake can be handed to DVC as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import yaml
+
+from dear.io import sha256_file, write_text
+
+FOLDER = ".digest"
+ALL = "folder.yaml"
+
+
+def write_digests(folder: Path, command: str) -> None:
+    """Write `folder`'s digests (folder.yaml and one per file directly in it); stale ones are replaced."""
+    folder = Path(folder)
+    files = sorted(path for path in folder.rglob("*") if path.is_file() and FOLDER not in path.relative_to(folder).parts)
+    whole = hashlib.sha256()
+    for path in files:
+        sha = sha256_file(path)
+        relative = path.relative_to(folder).as_posix()
+        whole.update(f"{relative}\0{sha}\n".encode())
+        if path.parent == folder:
+            _write(folder / FOLDER / f"{path.name}.yaml", f"sha256 of {relative}, written by `dear {command}`",
+                   {"sha256": sha})
+    _write(folder / FOLDER / ALL, f"sha256 over the {len(files)} files below this folder, written by `dear {command}`",
+           {"sha256": whole.hexdigest(), "files": len(files)})
+    names = {f"{path.name}.yaml" for path in files if path.parent == folder} | {ALL}
+    for stale in (folder / FOLDER).glob("*.yaml"):
+        if stale.name not in names:
+            stale.unlink()
+
+
+def _write(path: Path, what: str, values: dict) -> None:
+    write_text(path, f"# {what}; dvc.yaml reads it as a params file (see dear/digest.py)\n"
+                     + yaml.safe_dump(values, sort_keys=False))
+
+
+def digested_folder(path: Path, is_file: bool, placeholder: str) -> Path | None:
+    """The folder a stage output belongs to: above the first part holding `placeholder` ({seed}), else itself.
+
+    runs/dear/ds/train/seed{seed} -> runs/dear/ds/train (one folder for every seed of the job);
+    a file without the placeholder -> its folder. None when that would be the working directory.
+    """
+    parts = Path(path).parts
+    templated = [index for index, part in enumerate(parts) if placeholder in part]
+    folder = Path(*parts[:templated[0]]) if templated else (Path(path).parent if is_file else Path(path))
+    return None if str(folder) in ("", ".") else folder
