@@ -55,7 +55,7 @@ def run(command: list[str], cwd: Path, timeout: int = 600) -> subprocess.Complet
 
 def snakemake_graph(project: Path, targets: list[str] = (), options: list[str] = ()) -> dict[str, Step]:
     """{shell command: Step} of every job, parsed from `snakemake -n -p -F` (the full DAG, nothing run)."""
-    text = run([str(BIN / "snakemake"), "-n", "-p", "-F", "--cores", "1", *options, *targets], project).stdout
+    text = run([str(BIN / "snakemake"), "-n", "-p", "-F", "--cores", "1", *targets, *options], project).stdout
     steps: dict[str, Step] = {}
     for block in text.split("\nrule ")[1:]:
         fields = {}

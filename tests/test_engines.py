@@ -1,14 +1,20 @@
-"""Two engines, one graph: Snakemake and DVC run the same commands on the same files."""
+"""Two engines, one graph: Snakemake and DVC run the same commands on the same files, for any config."""
 
+import subprocess
+import sys
 from pathlib import Path
 
-from tests.engines import ROOT, covered, dvc_graph, make_project, snakemake_graph
+import pytest
+import yaml
+
+from tests.engines import BIN, ROOT, covered, dvc_graph, engine_env, make_project, run, snakemake_graph
+
+PAPER = "configs/paper-vitb16.yaml"
 
 
-def test_both_engines_declare_the_same_commands_deps_and_outs(tmp_path):
-    project = make_project(tmp_path / "project", (ROOT / "params.yaml").read_text())
-    snake, dvc = snakemake_graph(project), dvc_graph(project)
-    assert set(snake) == set(dvc), "commands differ between Snakefile and dvc.yaml"
+def assert_same_graph(snake: dict, dvc: dict) -> None:
+    assert set(snake) == set(dvc), f"commands differ: only Snakemake {sorted(set(snake) - set(dvc))[:2]}, " \
+                                   f"only DVC {sorted(set(dvc) - set(snake))[:2]}"
     for command in snake:
         s, d = snake[command], dvc[command]
         for kind in ("deps", "outs"):
@@ -19,9 +25,72 @@ def test_both_engines_declare_the_same_commands_deps_and_outs(tmp_path):
             assert not only_dvc, f"{command}: dvc.yaml {kind} missing from the Snakefile: {only_dvc}"
 
 
-def test_every_stage_depends_on_the_code_it_runs(tmp_path):
-    project = make_project(tmp_path / "project", (ROOT / "params.yaml").read_text())
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    return make_project(tmp_path_factory.mktemp("engines") / "project", (ROOT / "params.yaml").read_text())
+
+
+def test_both_engines_declare_the_same_commands_deps_and_outs(project):
+    assert_same_graph(snakemake_graph(project), dvc_graph(project))
+
+
+def test_every_stage_depends_on_the_code_it_runs(project):
     for command, step in dvc_graph(project).items():
         stage = command.split()[1]
         assert f"dear/stages/{stage}.py" in step.deps, f"{stage} does not list its own module"
         assert "dear/cli.py" in step.deps
+
+
+def test_another_config_runs_under_its_own_root_with_its_own_values_in_both_engines(project):
+    """snakemake --configfile PAPER plans the paper's study, every path under its root; its dvc.yaml agrees."""
+    config = yaml.safe_load((ROOT / PAPER).read_text())
+    root = config["output_root"]
+    paper = snakemake_graph(project, options=["--configfile", PAPER])
+    demo = snakemake_graph(project)
+    for command, step in paper.items():
+        assert f"--params {PAPER} " in command, command
+        paths = [token for token in command.split() if "/" in token and not token.startswith(("configs/", "dear/"))]
+        assert all(path.startswith(f"{root}/") for path in paths), command
+        assert all(path.startswith(f"{root}/") for path in step.outs)
+        assert all(path.startswith((f"{root}/", "dear/")) for path in step.deps)
+    trained = [command for command in paper if command.startswith("dear train") and "--classes base" in command]
+    assert len(trained) == len(config["study"]["methods"]) * len(config["study"]["base_to_novel"])
+    assert any("--dataset imagenet " in command for command in paper)
+    demo_files = set().union(*(step.outs for step in demo.values()))
+    assert not demo_files & set().union(*(step.outs for step in paper.values())), "a path both studies write"
+
+    run([sys.executable, "workflow/scripts/dvc_study.py", PAPER], project)
+    assert_same_graph(paper, dvc_graph(project, f"{root}/dvc.yaml"))
+    planned = run([str(BIN / "dvc"), "repro", "--dry", f"{root}/dvc.yaml"], project).stdout
+    assert planned.count("Running stage") == len(paper)
+
+
+def test_merged_configs_are_written_for_the_jobs_to_read(project):
+    """Several --configfile (or --config) make a config no file holds: it is written under the root, jobs read it."""
+    (project / "overlay.yaml").write_text("report:\n  decimals: 3\n")
+    plan = snakemake_graph(project, ["report/results.md"], ["--configfile", "params.yaml", "overlay.yaml"])
+    merged = project / "logs/snakemake-config.yaml"
+    assert all(f"--params {merged.relative_to(project)} " in command for command in plan)
+    used = yaml.safe_load(merged.read_text())
+    assert used["report"]["decimals"] == 3
+    assert {key: value for key, value in used.items() if key != "report"} == \
+        {key: value for key, value in yaml.safe_load((project / "params.yaml").read_text()).items() if key != "report"}
+
+
+def test_dvc_plans_every_stage_on_a_fresh_clone(tmp_path, project):
+    """`dvc repro --dry` and `dvc exp run --dry` on a fresh git clone: nothing built, every stage planned."""
+    origin = tmp_path / "origin"
+    make_project(origin, (ROOT / "params.yaml").read_text())
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.org"]
+    subprocess.run(["rm", "-rf", str(origin / ".dvc")], check=True)
+    for command in (["git", "init", "-q"], [str(BIN / "dvc"), "init", "-q"],
+                    [str(BIN / "dvc"), "config", "core.analytics", "false"], ["git", "add", "-A"],
+                    [*git, "commit", "-qm", "pipeline"]):
+        run(command, origin)
+    run(["git", "clone", "-q", str(origin), str(tmp_path / "clone")], tmp_path)
+    stages = len(dvc_graph(project))
+    for command in (["repro", "--dry"], ["exp", "run", "--dry"]):
+        result = subprocess.run([str(BIN / "dvc"), *command], cwd=tmp_path / "clone", env=engine_env(),
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        assert result.stdout.count("Running stage") == stages, command

@@ -61,9 +61,10 @@ def _path(item) -> str:
 
 
 def _command(cmd: str, config: str, move) -> str:
-    tokens = cmd.split(" ")
-    return " ".join(config if previous == "--params" else move(token)
-                    for previous, token in zip(["", *tokens], tokens))
+    """`dear <stage> ...` with the config after --params and every output path moved (the stage name stays)."""
+    program, stage, *tokens = cmd.split(" ")
+    return " ".join([program, stage, *(config if previous == "--params" else move(token)
+                                       for previous, token in zip(["", *tokens], tokens))])
 
 
 def kept_folders(pipeline: dict, root: str) -> list[Path]:
