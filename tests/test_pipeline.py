@@ -2,9 +2,11 @@
 
 Snakemake runs the whole study (world to report) on a mini study; DVC runs the
 world + prepare fan-out. The same inputs give byte-identical manifests whichever
-engine made them.
+engine made them, a tree either engine built is handed to the other without a
+rerun (docs/engines.md), and planning another config leaves the tree alone.
 """
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,40 @@ def test_both_engines_make_byte_identical_manifests(snakemake_project, dvc_proje
     for manifest in sorted((dvc_project / "data").glob("*/manifest.parquet")):
         twin = snakemake_project / manifest.relative_to(dvc_project)
         assert twin.read_bytes() == manifest.read_bytes(), manifest.parent.name
+
+
+def _files(project: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every file of the study (the engines' own state folders aside)."""
+    return {str(path.relative_to(project)): (path.stat().st_size, path.stat().st_mtime_ns)
+            for path in project.rglob("*") if path.is_file() and not {".snakemake", ".dvc"} & set(path.parts)}
+
+
+def test_planning_another_config_leaves_the_demo_tree_untouched(snakemake_project):
+    before = _files(snakemake_project)
+    run([str(BIN / "snakemake"), "-n", "--cores", "1", "--configfile", "configs/paper-vitb16.yaml"], snakemake_project)
+    assert _files(snakemake_project) == before
+    again = run([str(BIN / "snakemake"), "-n", "--cores", "1"], snakemake_project)
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_tree_snakemake_built_goes_to_dvc_and_back_without_a_rerun(snakemake_project, tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(snakemake_project, tree, symlinks=True)  # copy2: the same mtimes
+    run([str(BIN / "dvc"), "commit", "-f"], tree)  # the hand-over: DVC records the tree as it is
+    repro = run([str(BIN / "dvc"), "repro"], tree)
+    assert "Running stage" not in repro.stdout and "Data and pipelines are up to date" in repro.stdout
+    back = run([str(BIN / "snakemake"), "-n", "--cores", "1"], tree)
+    assert "Nothing to be done" in back.stdout + back.stderr, back.stdout[-3000:]
+
+
+def test_a_tree_dvc_built_goes_to_snakemake_and_back_without_a_rerun(dvc_project):
+    datasets = yaml.safe_load((dvc_project / "params.yaml").read_text())["data"]["datasets"]
+    targets = [f"data/{name}/{table}.parquet" for name in datasets for table in ("manifest", "fewshot-seed1")]
+    snakemake = [str(BIN / "snakemake"), "--cores", "1", *targets]
+    plan = run([*snakemake, "-n"], dvc_project)
+    assert "Nothing to be done" in plan.stdout + plan.stderr, plan.stdout[-3000:]
+    run([*snakemake, "--touch", "--forceall"], dvc_project)  # the hand-over: Snakemake records its metadata
+    again = run([*snakemake, "-n"], dvc_project)
+    assert "Nothing to be done" in again.stdout + again.stderr
+    repro = run([str(BIN / "dvc"), "repro", "prepare"], dvc_project)
+    assert "Running stage" not in repro.stdout
