@@ -38,5 +38,6 @@ test-cluster: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
+# the demo's outputs (data/, runs/ and transfer/ keep their .gitignore: dvc.yaml needs the folders)
 clean:
-	rm -rf .snakemake world data backbone roles runs transfer report logs checkpoints .dvc/tmp .dvc/cache
+	rm -rf .snakemake world backbone roles report logs checkpoints dvc_plots .dvc/tmp .dvc/cache data/* runs/* transfer/*

@@ -41,7 +41,8 @@ def demo_params() -> str:
     raw["backbone"]["steps"] = 4
     raw["data"].update(shots=2, val_shots=1)
     raw["profile"].update(max_images=64, svd_rank=16, texts_per_head=5)
-    raw["train"].update(epochs=1)
+    for recipe in raw["train"]["recipes"].values():
+        recipe.update(epochs=1, warmup_epochs=0)
     return yaml.safe_dump(raw, sort_keys=False)
 
 

@@ -93,6 +93,7 @@ def scaling(args) -> list[dict]:
 
 def noop_engines() -> dict:
     """Wall time of a second `dvc repro` / `snakemake` with nothing changed, on the prepare fan-out."""
+    from dear.digest import write_digests
     from tests.engines import make_project, run
     from tests.fake_coop import make_fake_dataset, write_params
 
@@ -103,6 +104,7 @@ def noop_engines() -> dict:
     project = make_project(folder / "project", params.read_text())
     (project / "world").mkdir()
     (project / "world/card.json").write_text("{}")  # stands in for the world stage's output
+    write_digests(project / "world", "world")  # and its digest, which dvc.yaml's prepare reads
     targets = ["data/world_objects/manifest.parquet", "data/world_colors/manifest.parquet"]
     snakemake = [str(Path(sys.executable).parent / "snakemake"), "--cores", "2", *targets]
     dvc = [str(Path(sys.executable).parent / "dvc"), "repro", "--single-item", "prepare"]

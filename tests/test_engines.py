@@ -1,5 +1,6 @@
 """Two engines, one graph: Snakemake and DVC run the same commands on the same files, for any config."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,24 @@ def test_dvc_plans_every_stage_on_a_fresh_clone(tmp_path, project):
                                 capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         assert result.stdout.count("Running stage") == stages, command
+
+
+def test_docs_show_each_configs_output_root_and_the_current_graph(project):
+    sys.path.insert(0, str(ROOT / "workflow/scripts"))
+    import dag_doc
+
+    table = dict(re.findall(r"^\| `([^`]+)` \| `([^`]+)`", (ROOT / "docs/configs.md").read_text(), flags=re.M))
+    configs = ["params.yaml", *(str(path.relative_to(ROOT)) for path in sorted((ROOT / "configs").glob("*.yaml")))]
+    assert table == {name: yaml.safe_load((ROOT / name).read_text())["output_root"] for name in configs}
+    page = (ROOT / "docs/engines.md").read_text()
+    assert dag_doc.shown(page) == dag_doc.block(dag_doc.mermaid(project)), "run: python workflow/scripts/dag_doc.py"
+
+
+def test_slurm_logs_of_another_config_must_go_under_its_root(project):
+    """The Slurm profile's logs/slurm is the demo's folder: another config stops before its first job."""
+    result = subprocess.run([str(BIN / "snakemake"), "--executor", "slurm", "--jobs", "1", "--configfile", PAPER,
+                             "--slurm-logdir", "logs/slurm"], cwd=project, env=engine_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "add --slurm-logdir paper-vitb16/logs/slurm" in result.stdout + result.stderr
+    assert not (project / "logs/slurm").exists() and not (project / "paper-vitb16/logs/slurm").exists()

@@ -77,6 +77,18 @@ def test_planning_another_config_leaves_the_demo_tree_untouched(snakemake_projec
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
+def test_a_changed_section_reruns_its_readers_only_and_a_copied_config_nothing(snakemake_project):
+    copy = snakemake_project / "copy.yaml"
+    shutil.copy2(snakemake_project / "params.yaml", copy)
+    same = run([str(BIN / "snakemake"), "-n", "--cores", "1", "--configfile", copy.name], snakemake_project)
+    assert "Nothing to be done" in same.stdout + same.stderr
+    (snakemake_project / "overlay.yaml").write_text("report:\n  decimals: 3\n")
+    changed = run([str(BIN / "snakemake"), "-n", "--cores", "1", "--configfile", copy.name, "overlay.yaml"],
+                  snakemake_project)
+    planned = {line.split()[1].rstrip(":") for line in changed.stdout.splitlines() if line.startswith("rule ")}
+    assert planned - {"all"} == {"report"}, planned
+
+
 def test_a_tree_snakemake_built_goes_to_dvc_and_back_without_a_rerun(snakemake_project, tmp_path):
     tree = tmp_path / "tree"
     shutil.copytree(snakemake_project, tree, symlinks=True)  # copy2: the same mtimes
