@@ -136,9 +136,9 @@ def test_deterministic_byte_identical_outputs(in_tmp):
     make_fake_dataset("data", "caltech-101", n_classes=3, per_class=3)
     assert prepare(in_tmp, "caltech-101", out="a", seeds=[1, 2], shots=2).exit_code == 0
     assert prepare(in_tmp, "caltech-101", out="b", seeds=[1, 2], shots=2).exit_code == 0
-    files = sorted(p.name for p in Path("a").iterdir())
+    files = sorted(p.name for p in Path("a").iterdir() if p.is_file())
     assert files == ["excluded.parquet", "fewshot-seed1.parquet", "fewshot-seed2.parquet", "manifest.parquet"]
-    for name in files:
+    for name in files + [f".digest/{name}.yaml" for name in files] + [".digest/folder.yaml"]:
         assert (Path("a") / name).read_bytes() == (Path("b") / name).read_bytes(), name
     assert read_fewshot("a/fewshot-seed1.parquet")["path"].to_pylist() != \
         read_fewshot("a/fewshot-seed2.parquet")["path"].to_pylist()
