@@ -36,7 +36,7 @@ ParamsOption = typer.Option(DEFAULT_PATH, "--params", help="parameters file (one
 LogOption = typer.Option(None, "--log", help="also write this stage's log to this file")
 SetOption = typer.Option(
     None, "--set", metavar="KEY=VALUE",
-    help="change one parameter for this run (repeatable; dotted keys, YAML values: --set train.epochs=1); "
+    help="change one parameter for this run (repeatable; dotted keys, YAML values: --set data.shots=4); "
          "checked like the params file and recorded in the outputs' provenance")
 SEED = "{seed}"  # in a path option: replaced by each seed of the job
 SeedOption = typer.Option(

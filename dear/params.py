@@ -392,7 +392,7 @@ def read_yaml(path: str | Path) -> dict:
 def load_params(path: str | Path = DEFAULT_PATH, overrides: Sequence[str] = ()) -> Params:
     """Load and validate the whole file; any problem is a one-line `DearError`.
 
-    `overrides` are `KEY=VALUE` strings (`--set train.epochs=1`): each VALUE is
+    `overrides` are `KEY=VALUE` strings (`--set data.shots=4`): each VALUE is
     read as YAML, exactly as in the file, and replaces the dotted KEY before
     validation, so an override passes the same checks and gets the same errors.
     """
@@ -421,7 +421,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
     key, sep, value = item.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
-        raise DearError(f"--set {item}: expected KEY=VALUE with a dotted key, e.g. --set train.epochs=1")
+        raise DearError(f"--set {item}: expected KEY=VALUE with a dotted key, e.g. --set data.shots=4")
     try:
         return key, yaml.safe_load(value)
     except yaml.YAMLError:

@@ -29,9 +29,9 @@ def params_file():
     if not workflow.config_settings.config and len(given) <= 1:
         return given[0] if given else "params.yaml"
     merged = rooted("logs/snakemake-config.yaml")
-    text = ("# The config of `snakemake " + " ".join(["--configfile " + path for path in given] +
-                                                     ["--config ..."] * bool(workflow.config_settings.config)) +
-            "` (written by the Snakefile; every job reads it)\n" + yaml.safe_dump(dict(config), sort_keys=False))
+    text = ("# The config of this Snakemake run: its --configfile files merged, then --config on top.\n"
+            "# Written by the Snakefile; every job of the run reads it (dear --params).\n"
+            + yaml.safe_dump(dict(config), sort_keys=False))
     if not os.path.exists(merged) or Path(merged).read_text() != text:
         os.makedirs(os.path.dirname(merged), exist_ok=True)
         Path(merged + ".tmp").write_text(text)
