@@ -106,6 +106,7 @@ def test_docs_show_each_configs_output_root_and_the_current_graph(project):
     assert table == {name: yaml.safe_load((ROOT / name).read_text())["output_root"] for name in configs}
     page = (ROOT / "docs/engines.md").read_text()
     assert dag_doc.shown(page) == dag_doc.block(dag_doc.mermaid(project)), "run: python workflow/scripts/dag_doc.py"
+    assert f"where all {len(dvc_graph(project))} stages would run" in page, "docs/engines.md: the demo's stage count"
 
 
 def test_slurm_logs_of_another_config_must_go_under_its_root(project):
