@@ -10,7 +10,7 @@ Rows (goal in brackets):
 - DeAR step / CoOp step
 - evaluation throughput (dear evaluate's image path) / plain encode_image    [>= 0.9]
 - DeAR step time and memory at 10, 100 and 1000 classes
-- no-op `dvc repro` and `snakemake` on a finished pipeline                  [<= 3 s]
+- no-op `dvc repro` and `snakemake` on the prepare fan-out (the demo's whole graph: benchmarks/dvc_noop.py) [<= 3 s]
 Each timing is the median of interleaved repeats, so machine load hits both sides alike.
 """
 
