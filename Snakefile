@@ -21,16 +21,14 @@ rule all:
         rooted("report/results.md"),
 
 
-# Before the first job: nothing this config writes may land outside its output root.
+# Before the first job (one handler: a second `onstart:` would replace this one), not in dry runs,
+# and Slurm jobs (run with --no-hooks) never repeat it: nothing this config writes may land outside
+# its output root, and every problem of the config in use (data folders, weights, device, SVD
+# rank...) at once.
 onstart:
     slurm_logs_stay_under_the_root()
-
-
-# Every problem of the config in use (data folders, weights, device, SVD rank...) at once, before the
-# first job; not in dry runs, and Slurm jobs (run with --no-hooks) never repeat it.
-onstart:
     from dear.check import exit_on_problems
-    exit_on_problems(config, workflow.configfiles[-1] if workflow.configfiles else "params.yaml")
+    exit_on_problems(config, CONFIG)
 
 
 # A failed run ends with the jobs that failed for good and the logs to read.
