@@ -100,7 +100,8 @@ def noop_engines() -> dict:
     folder = Path(tempfile.mkdtemp(prefix="dear-bench-engines-"))
     for name in ("world_objects", "world_colors"):
         make_fake_dataset(folder / "raw", name, n_classes=4, per_class=3)
-    params = write_params(folder / "p.yaml", root=folder / "raw", datasets=["world_objects", "world_colors"])
+    params = write_params(folder / "p.yaml", root=folder / "raw", datasets=["world_objects", "world_colors"],
+                          source="coop")  # fake datasets in CoOp's layout, not a world the pipeline draws
     project = make_project(folder / "project", params.read_text())
     (project / "world").mkdir()
     (project / "world/card.json").write_text("{}")  # stands in for the world stage's output

@@ -326,46 +326,6 @@ def evaluate(
                outputs=dict(folder=out), seeds=seed)
 
 
-@app.command()
-def check(params: Path = ParamsOption) -> None:
-    """List every problem of a params file (values, data folders, weights, device, SVD rank...) before any job runs."""
-    try:
-        _, found = check_file(params)
-    except DearError as err:
-        _print_errors(err)
-        raise typer.Exit(code=1)
-    if found:
-        for line in found:
-            typer.echo(f"error: {line}", err=True)
-        typer.echo(f"{params}: {len(found)} problem(s)", err=True)
-        raise typer.Exit(code=1)
-    typer.echo(f"{params}: no problems found")
-
-
-@app.command("fetch-weights")
-def fetch_weights(params: Path = ParamsOption) -> None:
-    """Download the configured open_clip weights (model.arch + model.pretrained) into model.cache_dir.
-
-    The one command that uses the network: run it where there is some (a cluster's login node);
-    stages on compute nodes then read the cache offline.
-    """
-    _configure_logging(None)
-    try:
-        model = load_params(params).model
-        from dear.model.weights import fetch_configured  # the network goes on for the download only
-
-        path, sha = fetch_configured(model)
-    except DearError as err:
-        if _state["debug"]:
-            raise
-        _print_errors(err)
-        raise typer.Exit(code=1)
-    if path is None:
-        typer.echo(f"model.pretrained is {model.pretrained!r}: nothing to fetch")
-        return
-    typer.echo(f"{model.arch} '{model.pretrained}': {path} ({path.stat().st_size / 2**20:.0f} MiB, sha256 {sha[:12]}...)")
-
-
 def _classes(value: str) -> str:
     if value not in ("base", "all"):
         typer.echo(f"error: --classes must be base or all, got {value!r}", err=True)
@@ -418,6 +378,48 @@ def _file_lists(args: list[str], flags: dict[str, str]) -> dict[str, list[Path]]
             raise DearError(f"unexpected argument {token!r}; put files after {', '.join(flags)}")
         lists[current].append(Path(value))
     return lists
+
+
+# --- utilities, after the stages in --help -----------------------------------------
+
+@app.command()
+def check(params: Path = ParamsOption) -> None:
+    """List every problem of a params file (values, data folders, weights, device, SVD rank...) before any job runs."""
+    try:
+        _, found = check_file(params)
+    except DearError as err:
+        _print_errors(err)
+        raise typer.Exit(code=1)
+    if found:
+        for line in found:
+            typer.echo(f"error: {line}", err=True)
+        typer.echo(f"{params}: {len(found)} problem(s)", err=True)
+        raise typer.Exit(code=1)
+    typer.echo(f"{params}: no problems found")
+
+
+@app.command("fetch-weights")
+def fetch_weights(params: Path = ParamsOption) -> None:
+    """Download the configured open_clip weights (model.arch + model.pretrained) into model.cache_dir.
+
+    The one command that uses the network: run it where there is some (a cluster's login node);
+    stages on compute nodes then read the cache offline.
+    """
+    _configure_logging(None)
+    try:
+        model = load_params(params).model
+        from dear.model.weights import fetch_configured  # the network goes on for the download only
+
+        path, sha = fetch_configured(model)
+    except DearError as err:
+        if _state["debug"]:
+            raise
+        _print_errors(err)
+        raise typer.Exit(code=1)
+    if path is None:
+        typer.echo(f"model.pretrained is {model.pretrained!r}: nothing to fetch")
+        return
+    typer.echo(f"{model.arch} '{model.pretrained}': {path} ({path.stat().st_size / 2**20:.0f} MiB, sha256 {sha[:12]}...)")
 
 
 def main() -> None:

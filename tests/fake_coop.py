@@ -146,12 +146,9 @@ def _imagenet_set(folder: Path, name: str, n_classes: int, per_class: int) -> No
 
 
 def write_params(path: str | Path, root: str | Path, datasets: list[str], **data: object) -> Path:
-    """A copy of the repository's params.yaml with `data.root`, `data.datasets` and any `data.<key>` overridden.
-
-    `data.source` is coop: these are datasets in CoOp's layout, not the world the pipeline draws.
-    """
+    """A copy of the repository's params.yaml with `data.root`, `data.datasets` and any `data.<key>` overridden."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["data"].update({"source": "coop", "root": str(root), "datasets": list(datasets), **data})
+    params["data"].update({"root": str(root), "datasets": list(datasets), **data})
     # the study and the profile may only use prepared datasets (a params rule): point them at the first
     params["study"].update(base_to_novel=list(datasets[:1]),
                            transfer={"source": datasets[0], "cross_dataset": [], "domain_generalization": []})

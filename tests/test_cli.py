@@ -37,7 +37,8 @@ def test_every_stage_takes_set():
 @pytest.fixture
 def fake(tmp_path):
     make_fake_dataset(tmp_path / "raw", "oxford_pets", n_classes=3, per_class=3)
-    return write_params(tmp_path / "params.yaml", root=tmp_path / "raw", datasets=["oxford_pets"], seeds=[1], shots=3)
+    return write_params(tmp_path / "params.yaml", root=tmp_path / "raw", datasets=["oxford_pets"], seeds=[1], shots=3,
+                        source="coop")
 
 
 def prepare(params, out, *sets):
