@@ -18,19 +18,23 @@ Snakemake can be handed to DVC as it is.
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from pathlib import Path
 
 import yaml
 
-from dear.io import sha256_file, write_text
+from dear.io import DIGESTS as FOLDER
+from dear.io import sha256_file
 
-FOLDER = ".digest"
 ALL = "folder.yaml"
 
 
 def write_digests(folder: Path, command: str) -> None:
     """Write `folder`'s digests (folder.yaml and one per file directly in it); stale ones are replaced."""
     folder = Path(folder)
+    for killed in (folder / FOLDER).glob(".*.tmp"):  # a digest half written when an earlier run was killed
+        killed.unlink()
     files = sorted(path for path in folder.rglob("*") if path.is_file() and FOLDER not in path.relative_to(folder).parts)
     whole = hashlib.sha256()
     for path in files:
@@ -49,8 +53,15 @@ def write_digests(folder: Path, command: str) -> None:
 
 
 def _write(path: Path, what: str, values: dict) -> None:
-    write_text(path, f"# {what}; dvc.yaml reads it as a params file (see dear/digest.py)\n"
-                     + yaml.safe_dump(values, sort_keys=False))
+    """Atomically (a temporary sibling renamed into place), and outside the stage's fault points
+    (`dear.io.FAULTS` counts the stage's own writes; a rerun rewrites every digest anyway)."""
+    text = f"# {what}; dvc.yaml reads it as a params file (see dear/digest.py)\n" + yaml.safe_dump(values, sort_keys=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
 
 
 def digested_folder(path: Path, is_file: bool, placeholder: str) -> Path | None:

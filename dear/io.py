@@ -114,6 +114,7 @@ def remove_leftovers(folder: Path, pattern: str) -> None:
 # --- whole-folder outputs ------------------------------------------------------
 
 KEPT = (".gitignore",)  # what others put in an output folder (DVC's .gitignore) and a rerun keeps
+DIGESTS = ".digest"  # written into an output folder by the command after its stage (dear/digest.py); a rerun rewrites it
 
 
 @contextlib.contextmanager
@@ -218,7 +219,7 @@ def check_output_folder(folder: Path, owns: Iterable[str]) -> None:
         raise DearError(f"{folder}: exists and is not a folder; remove it or choose another output folder")
     _check_parent_writable(folder)
     if folder.is_dir():
-        owns = (*owns, *KEPT, ".*.tmp")  # .*.tmp: a killed atomic write of an earlier version
+        owns = (*owns, *KEPT, DIGESTS, ".*.tmp")  # .*.tmp: a killed atomic write of an earlier version
         foreign = sorted(entry.name for entry in os.scandir(folder)
                          if not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in owns))
         if foreign:

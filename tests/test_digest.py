@@ -46,3 +46,11 @@ def test_the_digested_folder_holds_every_seed_of_a_job():
     assert digested_folder(Path("backbone"), False, "{seed}") == Path("backbone")
     assert digested_folder(Path("x/fusion.json"), True, "{seed}") == Path("x")
     assert digested_folder(Path("fusion.json"), True, "{seed}") is None  # never the working directory
+
+
+def test_a_digest_half_written_by_a_killed_run_is_cleared(tmp_path):
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / ".digest").mkdir()
+    (tmp_path / ".digest/.folder.yaml.x1.tmp").write_text("half")
+    write_digests(tmp_path, "fuse")
+    assert not list((tmp_path / ".digest").glob(".*.tmp"))

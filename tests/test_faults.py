@@ -127,11 +127,15 @@ def study(tmp_path_factory) -> Reference:
 
 
 def snapshot(root: Path, stage: Stage, raw: bool = False) -> dict:
-    """Every file of the stage's outputs: bytes, or a Parquet file's rows and metadata minus wall-clock columns."""
+    """Every file of the stage's outputs: bytes, or a Parquet file's rows and metadata minus wall-clock columns.
+
+    The digests the command writes after its stage (`.digest/`, dear/digest.py) are not the stage's outputs:
+    a rerun rewrites them (tests/test_digest.py)."""
     found = {}
     for output in stage.outputs:
         path = root / output
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] if path.exists() else []
+        files = sorted(p for p in path.rglob("*") if p.is_file() and io.DIGESTS not in p.relative_to(path).parts) \
+            if path.is_dir() else [path] if path.exists() else []
         for file in files:
             key = str(file.relative_to(root))
             found[key] = file.read_bytes()
