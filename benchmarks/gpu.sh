@@ -5,7 +5,7 @@
 #   peak GPU memory per step at 10, 100 and 1000 classes,
 #   profile: the profile pass vs plain encode_image, and the text bank's embedding vs plain encode_text,
 #   backbone: a pretraining step of the embedded model on CUDA, dear's recipe vs torch's defaults.
-# Prints Markdown to paste into the README's performance section.
+# Prints Markdown to paste into the docs/performance.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}

@@ -20,11 +20,12 @@ import typer
 
 from dear.check import check_file, stage_problems
 from dear.errors import DearError
+from dear.model.methods import METHODS
 from dear.params import DEFAULT_PATH, load_params, parse_overrides
 
 app = typer.Typer(
     name="dear",
-    help="DeAR pipeline: each stage of the study as one command (see README.md).",
+    help="DeAR pipeline: each stage of the study as one command (docs/stages.md).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -269,7 +270,7 @@ def train(
     seed: Optional[List[int]] = typer.Option(
         None, "--seed", help="run seed (init of the learnable parts, batch order, augmentations); repeat for several; "
                              "default: every data.seeds. Several seeds need {seed} in --fewshot and --out"),
-    method: Optional[str] = typer.Option(None, help="zeroshot | coop | dear_nomask | dear (default: train.method)"),
+    method: Optional[str] = typer.Option(None, help=" | ".join(METHODS) + " (default: train.method)"),
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet of `dear profile` (needed by --method dear)"),
     classes: str = typer.Option("base", help="classes trained on: base (base-to-novel) | all (transfer source)"),

@@ -324,7 +324,7 @@ class Report(Section):
     std_ddof: int = Field(ge=0, le=1, description="std over seeds: 1 = sample std (n-1), 0 = population std")
     std_warning: float = Field(ge=0.0, description="warn when a dataset's std over seeds exceeds this (points)")
     decimals: int = Field(ge=0, le=6, description="decimals of the percentages in results.md")
-    reference: bool = Field(description="add the paper's reference averages (SPEC §9) as a separate block")
+    reference: bool = Field(description="add the paper's reference averages (the DeAR paper's table) as a separate block")
     differences: list[list[str]] = Field(
         description="pairs [method, baseline] whose per-seed paired differences the report shows")
     loss_smoothing: int = Field(ge=1, description="moving-average window (steps) of the plotted loss curves; 1 = raw")

@@ -36,7 +36,7 @@ from dear.errors import DearError
 from dear.io import read_parquet, write_parquet
 
 EVAL_SCHEMA = pa.schema([
-    pa.field("method", pa.string()),      # zeroshot | coop | dear_nomask | dear | ...
+    pa.field("method", pa.string()),      # one of dear.model.methods.METHODS
     pa.field("source", pa.string()),      # dataset the model was trained on
     pa.field("seed", pa.int64()),         # few-shot seed of the run
     pa.field("protocol", pa.string()),    # one of PROTOCOLS

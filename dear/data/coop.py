@@ -309,7 +309,7 @@ def _json(folder: str, image_dir: str, split_file: str, anchor: str, classes: in
 
 
 def _world(name: str) -> DatasetSpec:
-    howto = "build the embedded world first (data.source: embedded; see README.md)"
+    howto = "build the embedded world first (data.source: embedded; docs/world.md)"
     return DatasetSpec(name, "images", f"split_zhou_{name}.json", read_split_json, howto)
 
 

@@ -37,7 +37,7 @@ def pretrain(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[t
     the whole table every step (`benchmarks/pretrain_step.py`). `precision` defaults to
     `backbone.precision` (the CPU setting; the stage passes compute.precision on CUDA).
     """
-    with torch.no_grad():  # open_clip starts from CLIP's 0.07; a lower tau is a sharper start (README: backbone)
+    with torch.no_grad():  # open_clip starts from CLIP's 0.07; a lower tau is a sharper start (docs/world.md)
         model.logit_scale.fill_(math.log(1.0 / backbone.init_temperature))
     vocabulary = tokenizer(world_data.caption_vocabulary(world)).flatten()  # with SOT, EOT and padding ids
     with internals.compact_token_embedding(model, vocabulary):

@@ -1,4 +1,4 @@
-"""Published reference averages (SPEC §9), kept apart from anything measured.
+"""Published reference averages (the DeAR paper's base-to-novel table), kept apart from anything measured.
 
 ViT-B/16 CLIP, base-to-novel, average over the paper's 11 datasets. These
 numbers come from the papers, not from this pipeline; the report prints them
@@ -8,7 +8,7 @@ reported.
 
 from __future__ import annotations
 
-CAPTION = ("Published averages, ViT-B/16 CLIP, base-to-novel over the papers' 11 datasets (SPEC §9). "
+CAPTION = ("Published averages, ViT-B/16 CLIP, base-to-novel over the papers' 11 datasets, as the DeAR paper (CVPR 2026) reports them. "
            "Copied from the papers, not measured here: a different model and different data from the tables "
            "above, so compare trends, not values.")
 
