@@ -189,6 +189,19 @@ class Recipe(Section):
     warmup_epochs: int = Field(ge=0, description="epochs at the constant warm-up learning rate, then a per-epoch cosine")
     warmup_lr: float = Field(gt=0.0, description="learning rate during warm-up (Dassl WARMUP_CONS_LR)")
     batch_size: int = Field(ge=1, description="images per step")
+    transfer_epochs: int | None = Field(
+        ge=0, description="epochs of the transfer source run (all classes); null: as base-to-novel (MMRL cross-dataset: 1)")
+    transfer_warmup_epochs: int | None = Field(
+        ge=0, description="warm-up epochs of the transfer source run; null: warmup_epochs (MMRL cross-dataset: 0)")
+
+    def for_run(self, dataset: str, transfer: bool) -> "Recipe":
+        """This recipe with one run's epochs and warm-up resolved: per dataset, and the transfer source's own
+        (MMRL trains its cross-dataset source with another config: 1 epoch, no warm-up)."""
+        epochs, warmup = self.dataset_epochs.get(dataset, self.epochs), self.warmup_epochs
+        if transfer:
+            epochs = epochs if self.transfer_epochs is None else self.transfer_epochs
+            warmup = warmup if self.transfer_warmup_epochs is None else self.transfer_warmup_epochs
+        return self.model_copy(update=dict(epochs=epochs, warmup_epochs=warmup))
 
 
 class Recipes(Section):

@@ -106,10 +106,10 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     rows = []
     if spec.trains:
         train = params.train
-        recipe = train.recipe(spec.name)
+        recipe = train.recipe(spec.name).for_run(inputs.dataset, transfer=inputs.classes == "all")
         rows = trainer.fit(trainer.Run(
             model=model, shots=shots, params=train, recipe=recipe, compute=params.compute,
-            epochs=recipe.dataset_epochs.get(inputs.dataset, recipe.epochs),
+            epochs=recipe.epochs,
             weights=Weights(scale=train.scale, reg=train.reg_weight_of(inputs.dataset), fus=train.lambda_fus,
                             attribute_loss=train.attribute_loss),
             seed=inputs.seed, image_size=oc.image_size(backbone.model),
