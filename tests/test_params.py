@@ -116,3 +116,15 @@ def test_missing_params_file_is_a_clean_error(tmp_path):
 @pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_are_valid(path):
     load_params(path)
+
+
+def test_a_run_resolves_its_epochs_per_dataset_and_for_the_transfer_source():
+    recipe = load_params(PARAMS, ["train.recipes.mmrl.epochs=4", "train.recipes.mmrl.warmup_epochs=1",
+                                  "train.recipes.mmrl.dataset_epochs={a: 9}", "train.recipes.mmrl.transfer_epochs=2",
+                                  "train.recipes.mmrl.transfer_warmup_epochs=0"]).train.recipes.mmrl
+    assert (recipe.for_run("b", transfer=False).epochs, recipe.for_run("b", transfer=False).warmup_epochs) == (4, 1)
+    assert recipe.for_run("a", transfer=False).epochs == 9
+    assert (recipe.for_run("a", transfer=True).epochs, recipe.for_run("a", transfer=True).warmup_epochs) == (2, 0)
+    same = load_params(PARAMS, ["train.recipes.coop.transfer_epochs=null", "train.recipes.coop.transfer_warmup_epochs=null",
+                                "train.recipes.coop.dataset_epochs={a: 9}"]).train.recipes.coop
+    assert same.for_run("a", transfer=True) == same.for_run("a", transfer=False)

@@ -91,8 +91,16 @@ def recipes(root: Path) -> str:
             momentum = f" (momentum {value(recipe.momentum)})" if recipe.optimizer == "sgd" else ""
             rows.append([f"`{name}`", method, recipe.optimizer + momentum, value(recipe.lr),
                          value(recipe.weight_decay), str(recipe.batch_size), epochs,
-                         f"{recipe.warmup_epochs} at {value(recipe.warmup_lr)}"])
-    return table(["file", "methods", "optimizer", "lr", "weight decay", "batch", "epochs", "warm-up epochs"], rows)
+                         f"{recipe.warmup_epochs} at {value(recipe.warmup_lr)}", _transfer(recipe)])
+    return table(["file", "methods", "optimizer", "lr", "weight decay", "batch", "epochs", "warm-up epochs",
+                  "transfer source: epochs, warm-up"], rows)
+
+
+def _transfer(recipe) -> str:
+    source = recipe.for_run("", transfer=True)
+    if recipe.transfer_epochs is None and recipe.transfer_warmup_epochs is None:
+        return "as base-to-novel"
+    return f"{source.epochs}, {source.warmup_epochs}"
 
 
 def study(root: Path, name: str = DEMO) -> str:
