@@ -26,6 +26,7 @@ ABLATION_SCHEMA = pa.schema([
     pa.field("concept", pa.string(), nullable=False),
     pa.field("heads", pa.string(), nullable=False),  # which heads: labelled (dominant concept) | attribute (role)
     pa.field("n_heads", pa.int32(), nullable=False),
+    pa.field("profiled_heads", pa.int32(), nullable=False),  # heads the random sets are drawn from
     pa.field("head_list", pa.string(), nullable=False),  # "L5.H2 L6.H0"
     pa.field("chance", pa.float64(), nullable=False),  # percent
     pa.field("zero_shot", pa.float64(), nullable=False),  # percent, nothing ablated
@@ -34,7 +35,7 @@ ABLATION_SCHEMA = pa.schema([
     pa.field("random_drop_mean", pa.float64()),  # mean points lost over random sets of the same size
     pa.field("random_drop_std", pa.float64()),
     pa.field("random_at_least", pa.float64()),  # share of random sets losing at least `drop`
-    pa.field("passed", pa.bool_()),  # drop > random_drop_mean (null: not known or no such head)
+    pa.field("passed", pa.bool_()),  # drop > random_drop_mean (null: not known, no such head, or every head)
 ])
 
 
@@ -100,19 +101,20 @@ def validate(heads: torch.Tensor, embeddings: torch.Tensor, first_layer: int, fa
 
         base = accuracy([])
         chance = 100.0 / len(task.text)
-        row = {"concept": task.concept, "heads": head_set.kind, "n_heads": len(head_set.heads),
+        row = {"concept": task.concept, "heads": head_set.kind, "n_heads": len(head_set.heads), "profiled_heads": len(every_head),
                "head_list": " ".join(f"L{layer}.H{head}" for layer, head in head_set.heads),
                "chance": chance, "zero_shot": base, "known": base >= 2 * chance, "drop": None,
                "random_drop_mean": None, "random_drop_std": None, "random_at_least": None, "passed": None}
         if head_set.heads:
             chosen = [(layer - first_layer, head) for layer, head in head_set.heads]
+            whole = len(chosen) == len(every_head)  # random sets of this size are this very set: nothing to compare
             drop = base - accuracy(chosen)
             random_drops = np.array([base - accuracy([every_head[i] for i in rng.choice(len(every_head), len(chosen),
                                                                                        replace=False)])
                                      for _ in range(random_sets)])
             row.update(drop=drop, random_drop_mean=float(random_drops.mean()), random_drop_std=float(random_drops.std()),
                        random_at_least=float((random_drops >= drop).mean()),
-                       passed=bool(drop > random_drops.mean()) if row["known"] else None)
+                       passed=bool(drop > random_drops.mean()) if row["known"] and not whole else None)
         rows.append(row)
     return rows
 
@@ -134,7 +136,8 @@ def markdown(rows: list[dict]) -> list[str]:
             lines.append(f"| {row['concept']} | {row['heads']} | 0 | {row['zero_shot']:.1f}% ({row['chance']:.1f}%){known} "
                          "| - | - | - | no head labelled |")
             continue
-        verdict = "yes" if row["passed"] else ("no" if row["passed"] is False else "not judged (concept not known)")
+        verdict = "yes" if row["passed"] else "no" if row["passed"] is False else \
+            "not judged (every profiled head)" if row["n_heads"] == row["profiled_heads"] else "not judged (concept not known)"
         lines.append(f"| {row['concept']} | {row['heads']} ({row['head_list']}) | {row['n_heads']} | "
                      f"{row['zero_shot']:.1f}% ({row['chance']:.1f}%){known} | {row['drop']:+.1f} | "
                      f"{row['random_drop_mean']:+.1f} ± {row['random_drop_std']:.1f} | {row['random_at_least']:.0%} | "
