@@ -156,13 +156,13 @@ class Compute(Section):
 
 class Dear(Section):
     start_layer: int | None = Field(
-        ge=1, description="first image layer (1-based) holding attribute tokens; null = the last third (ViT-B/16: 9)")
+        ge=1, description="first image layer (1-based) holding attribute tokens; null = after the first two thirds, rounded down (ViT-B/16: 9; 4 layers: 3)")
     beta: float = Field(ge=0.0, le=1.0, description="share of the freshly aligned tokens vs the previous layer's output")
     attribute_tokens: int = Field(ge=0, description="K: attribute tokens, one per concept of `concepts`, in that order")
     concepts: list[str] = Field(description="concept served by each attribute token (SPEC §4: the five core attributes)")
     text_tokens: int = Field(ge=0, description="learnable tokens inserted after the start-of-text token")
     text_start_layer: int | None = Field(
-        ge=1, description="first text layer (1-based) holding text tokens; null = the last third of the text tower")
+        ge=1, description="first text layer (1-based) holding text tokens; null = after the first two thirds of the text tower")
     d_r: int = Field(ge=1, description="width of the shared token bank R")
     init_std: float = Field(gt=0.0, description="std of the normal init of R (and of CoOp's random context vectors)")
 

@@ -54,9 +54,10 @@ def test_every_problem_is_listed_at_once(tmp_path):
     lines = errors(result)
     expected = ["data.root:", "model.pretrained: weights file", "compute.device: cuda", "profile.layers: asked for the last 9",
                 "profile.svd_rank: rank 900 needs at least 901 images", "profile.svd_rank: rank 900 exceeds the embedding dim",
-                "profile.texts_per_head: 950 picks need svd_rank >= 950", "train.template:"]
+                "profile.texts_per_head: 950 picks need svd_rank >= 950", "profile.texts_per_head: 950 picks need a bank",
+                "train.template:"]
     assert [line.split(": ", 1)[1][:len(e)] for line, e in zip(lines, expected)] == expected, lines
-    assert len(lines) == len(expected) and "8 problem(s)" in result.stderr
+    assert len(lines) == len(expected) and "9 problem(s)" in result.stderr
 
 
 def test_dataset_folders_and_the_profiled_split_size_are_checked(tmp_path):

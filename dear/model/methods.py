@@ -111,10 +111,11 @@ def method(name: str, params: Params) -> Method:
 def default_start(method: Method, layers: int) -> int:
     """First token layer (1-based) when the params leave it null.
 
-    DeAR: the last third of the tower (ViT-B/16: layers 9-12, the profiled
-    ones); MMRL: the upper half (ViT-B/16: its REP_LAYERS 6-12; a 3-layer
-    text tower: layers 2-3).
+    DeAR: the layers after the first two thirds, rounded down (ViT-B/16:
+    layers 9-12, the profiled ones; a 4-layer tower: 3-4, so two layers stay
+    untouched below); MMRL: the upper half (ViT-B/16: its REP_LAYERS 6-12; a
+    3-layer text tower: layers 2-3).
     """
     if method.pooling == "mean":
         return max(1, (layers + 1) // 2)
-    return max(1, layers - round(layers / 3) + 1)
+    return 2 * layers // 3 + 1
