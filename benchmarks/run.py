@@ -22,6 +22,8 @@ import platform
 import sys
 import tempfile
 import time
+
+import yaml
 from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,7 +61,7 @@ def evaluation_ratio(args) -> dict:
     params = load_params(ROOT / "params.yaml")
     model, size = profile_speed.make_model(args.arch)
     tokenizer = train_step.backbone(args.arch)[1]
-    adapted = Adapted(model, tokenizer, method("zeroshot", params.dear, params.train, params.fusion.init_cls),
+    adapted = Adapted(model, tokenizer, method("zeroshot", params),
                       params.train.template).eval()
     folder = Path(tempfile.mkdtemp(prefix="dear-bench-"))
     rng = np.random.default_rng(0)
@@ -102,6 +104,9 @@ def noop_engines() -> dict:
         make_fake_dataset(folder / "raw", name, n_classes=4, per_class=3)
     params = write_params(folder / "p.yaml", root=folder / "raw", datasets=["world_objects", "world_colors"],
                           source="coop")  # fake datasets in CoOp's layout, not a world the pipeline draws
+    raw = yaml.safe_load(params.read_text())
+    raw["profile"].update(svd_rank=8, texts_per_head=5)  # `dear check` (Snakemake's onstart) wants rank < 12 images
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
     project = make_project(folder / "project", params.read_text())
     (project / "world").mkdir()
     (project / "world/card.json").write_text("{}")  # stands in for the world stage's output

@@ -41,7 +41,7 @@ class Bench:
 
         params = load_params(ROOT / "params.yaml")
         tower = internals.vision_tower(model)
-        spec = method(method_name, params.dear, params.train, params.fusion.init_cls)
+        spec = method(method_name, params)
         roles = bench_roles(tower.layers, tower.heads)
         self.model = Adapted(model, tokenizer, spec, params.train.template, roles, seed=1).to(device).train()
         self.trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
@@ -51,8 +51,9 @@ class Bench:
         self.labels = (torch.arange(batch) % classes).to(device)
         self.names = [f"{WORDS[i % len(WORDS)]} {WORDS[(i // len(WORDS)) % len(WORDS)]} {i}" for i in range(classes)]
         schedule = Schedule(n=batch * 1000, batch_size=batch, epochs=1, seed=1)
-        self.loop = make_loop(self.model, params.train, schedule, torch.device(device))
-        self.weights = Weights(params.train.lambda_img, params.train.lambda_txt, params.train.lambda_fus)
+        self.loop = make_loop(self.model, params.train.recipe(method_name), schedule, torch.device(device))
+        self.weights = Weights(scale=params.train.scale, reg=params.train.reg_weight, fus=params.train.lambda_fus,
+                               attribute_loss=params.train.attribute_loss)
         self.frozen_text = self.model.frozen_text_features(self.names)
         self.use_bf16 = device == "cuda" and params.compute.precision == "bf16"
         self.device = device
@@ -63,7 +64,7 @@ class Bench:
 
         _sync(self.device)
         start = time.perf_counter()
-        terms, _ = loss_of_batch(self.model, self.images, self.labels, self.names, self.frozen_text, self.weights,
+        terms, _, _ = loss_of_batch(self.model, self.images, self.labels, self.names, self.frozen_text, self.weights,
                                  self.use_bf16)
         if self.trainable:
             update(self.loop, terms.total)

@@ -1,0 +1,19 @@
+"""The benchmarks still run against today's code (they are scripts, so nothing else would notice them rot)."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_training_step_benchmark_steps_every_method_it_compares():
+    result = _script("train_step").interleaved("dear-world-tiny", classes=4, batch=2, rounds=1, warmup=0, device="cpu")
+    assert {"dear", "dear_nomask", "coop"} <= result.keys()
+    assert all(result[name]["median_s"] > 0 and result[name]["trainable"] > 0 for name in ("dear", "dear_nomask", "coop"))
