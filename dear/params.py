@@ -156,7 +156,8 @@ class Compute(Section):
 
 class Dear(Section):
     start_layer: int | None = Field(
-        ge=1, description="first image layer (1-based) holding attribute tokens; null = after the first two thirds, rounded down (ViT-B/16: 9; 4 layers: 3)")
+        ge=1, description="first image layer (1-based) holding attribute tokens; null = after the first two thirds, "
+                          "rounded down (ViT-B/16: 9; 4 layers: 3)")
     beta: float = Field(ge=0.0, le=1.0, description="share of the freshly aligned tokens vs the previous layer's output")
     attribute_tokens: int = Field(ge=0, description="K: attribute tokens, one per concept of `concepts`, in that order")
     concepts: list[str] = Field(description="concept served by each attribute token (SPEC §4: the five core attributes)")

@@ -97,9 +97,10 @@ def recipes(root: Path) -> str:
 
 
 def _transfer(recipe) -> str:
-    source = recipe.for_run("", transfer=True)
+    """The transfer source run's epochs and warm-up, or that it trains as base-to-novel does."""
     if recipe.transfer_epochs is None and recipe.transfer_warmup_epochs is None:
         return "as base-to-novel"
+    source = recipe.for_run("", transfer=True)  # no dataset of its own: the default epochs where unset
     return f"{source.epochs}, {source.warmup_epochs}"
 
 

@@ -101,7 +101,8 @@ def validate(heads: torch.Tensor, embeddings: torch.Tensor, first_layer: int, fa
 
         base = accuracy([])
         chance = 100.0 / len(task.text)
-        row = {"concept": task.concept, "heads": head_set.kind, "n_heads": len(head_set.heads), "profiled_heads": len(every_head),
+        row = {"concept": task.concept, "heads": head_set.kind, "n_heads": len(head_set.heads),
+               "profiled_heads": len(every_head),
                "head_list": " ".join(f"L{layer}.H{head}" for layer, head in head_set.heads),
                "chance": chance, "zero_shot": base, "known": base >= 2 * chance, "drop": None,
                "random_drop_mean": None, "random_drop_std": None, "random_at_least": None, "passed": None}
@@ -136,8 +137,12 @@ def markdown(rows: list[dict]) -> list[str]:
             lines.append(f"| {row['concept']} | {row['heads']} | 0 | {row['zero_shot']:.1f}% ({row['chance']:.1f}%){known} "
                          "| - | - | - | no head labelled |")
             continue
-        verdict = "yes" if row["passed"] else "no" if row["passed"] is False else \
-            "not judged (every profiled head)" if row["n_heads"] == row["profiled_heads"] else "not judged (concept not known)"
+        if row["passed"] is not None:
+            verdict = "yes" if row["passed"] else "no"
+        elif row["n_heads"] == row["profiled_heads"]:
+            verdict = "not judged (every profiled head)"
+        else:
+            verdict = "not judged (concept not known)"
         lines.append(f"| {row['concept']} | {row['heads']} ({row['head_list']}) | {row['n_heads']} | "
                      f"{row['zero_shot']:.1f}% ({row['chance']:.1f}%){known} | {row['drop']:+.1f} | "
                      f"{row['random_drop_mean']:+.1f} ± {row['random_drop_std']:.1f} | {row['random_at_least']:.0%} | "
