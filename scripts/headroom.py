@@ -19,27 +19,24 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from sklearn.linear_model import LogisticRegression
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dear.data.manifest import classnames, read_fewshot, read_manifest, select  # noqa: E402
 from dear.model.clip import load_backbone  # noqa: E402
-from dear.model.zeroshot import class_text_features  # noqa: E402
+from dear.model.zeroshot import ZeroShotClassifier, image_features  # noqa: E402
 from dear.params import load_params  # noqa: E402
 
 PROBE_C = (0.1, 0.3, 1, 3, 10, 30, 100)
 
 
-@torch.no_grad()
 def cls_features(backbone, paths: list[str], batch: int = 256) -> np.ndarray:
-    """[N, D] unit-norm CLS embeddings of the frozen image tower (eval transform)."""
-    out = []
-    for i in range(0, len(paths), batch):
-        pixels = torch.stack([backbone.preprocess(Image.open(p).convert("RGB")) for p in paths[i:i + batch]])
-        out.append(F.normalize(backbone.model.encode_image(pixels).float(), dim=-1))
-    return torch.cat(out).numpy()
+    """[N, D] unit-norm CLS embeddings of the frozen image tower (eval transform), decoding `batch` images at a time."""
+    chunks = [image_features(backbone.model, torch.stack([backbone.preprocess(Image.open(p).convert("RGB"))
+                                                         for p in paths[i:i + batch]]))
+              for i in range(0, len(paths), batch)]
+    return torch.cat(chunks).numpy()
 
 
 def probe_accuracy(backbone, fewshot, test_x: np.ndarray, test_y: np.ndarray) -> float:
@@ -72,8 +69,9 @@ def main() -> None:
         for subset in ("base", "novel"):
             test = select(manifest, split="test", subset=subset)
             x, y = cls_features(backbone, test["path"].to_pylist()), np.array(test["subset_label"].to_pylist())
-            text = class_text_features(backbone.model, backbone.tokenizer, classnames(manifest, subset=subset), [template])
-            zeroshot[subset] = 100 * float(((torch.from_numpy(x) @ text.T).argmax(1).numpy() == y).mean())
+            classifier = ZeroShotClassifier(backbone.model, backbone.tokenizer, classnames(manifest, subset=subset),
+                                            [template])
+            zeroshot[subset] = 100 * float((classifier.logits_of(torch.from_numpy(x)).argmax(1).numpy() == y).mean())
             if subset == "base":
                 base_x, base_y = x, y
         probes = [probe_accuracy(backbone, read_fewshot(root / "data" / dataset / f"fewshot-seed{seed}.parquet"),

@@ -278,16 +278,7 @@ def _manifest_write_fills_disk(inputs: Inputs, here: Path, patch) -> None:
 def _checkpoint_write_fills_disk(inputs: Inputs, here: Path, patch) -> None:
     from dear.train import checkpoint
 
-    real, saves = checkpoint.torch.save, []
-
-    def filling(obj, target, *args, **kwargs):
-        saves.append(1)
-        if len(saves) == 2:
-            Path(target).write_bytes(b"partial")
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(obj, target, *args, **kwargs)
-
-    patch.setattr(checkpoint.torch, "save", filling)
+    patch.setattr(checkpoint.torch, "save", fake_run.save_that_fills_the_disk(checkpoint.torch.save))
 
 
 FILESYSTEM = [case for stage in STAGES for case in filesystem_cases(stage)] + [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -89,3 +90,18 @@ def small_recipes(train: dict, **values) -> dict:
     for recipe in train["recipes"].values():
         recipe.update(values)
     return train
+
+
+def save_that_fills_the_disk(real_save, failing_call: int = 2):
+    """A `torch.save` stand-in whose `failing_call`-th call leaves a partial file and raises ENOSPC (a disk
+    filling up during a checkpoint write); the other calls save for real."""
+    calls = []
+
+    def save(obj, target, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == failing_call:
+            Path(target).write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, target, *args, **kwargs)
+
+    return save

@@ -1,6 +1,5 @@
 """`dear train`: all five methods, resume after SIGKILL, NaN stop, full disk, bad input."""
 
-import errno
 import math
 import os
 import signal
@@ -164,16 +163,7 @@ def test_checkpoint_of_other_params_is_not_resumed(world, reference, tmp_path):
 
 
 def test_full_disk_on_checkpoint_write_keeps_the_previous_checkpoint(world, tmp_path, monkeypatch):
-    real_save, saves = torch.save, []
-
-    def filling(obj, target, *args, **kwargs):
-        saves.append(1)
-        if len(saves) == 2:
-            Path(target).write_bytes(b"partial")
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_save(obj, target, *args, **kwargs)
-
-    monkeypatch.setattr(ckpt_module.torch, "save", filling)
+    monkeypatch.setattr(ckpt_module.torch, "save", fake_run.save_that_fills_the_disk(torch.save))
     with pytest.raises(DearError, match="disk is full.*previous checkpoint is kept"):
         train(world, tmp_path / "run")
     monkeypatch.undo()
