@@ -235,6 +235,11 @@ class Train(Section):
     template: str = Field(description="hand-written prompt; {} is the class name")
     dataset_templates: dict[str, str] = Field(description="per-dataset prompts overriding `template` (MMRL's)")
     augmentation: Augmentation
+    fade_in_epochs: float = Field(
+        ge=0.0, description="mmrl, dear_nomask, dear: the tokens fade in linearly over this many epochs: the frozen "
+                            "positions read them with that weight in their softmax and each token feature moves from "
+                            "the CLS feature to its own, so before training the model is the untouched one (ours) | "
+                            "0 = full weight from the first step (MMRL's code)")
     views: int | None = Field(
         ge=1, description="null: a fresh augmented view of every image each epoch (the recipe) | V: V fixed views "
                           "per image, the frozen blocks of each computed once (epoch e uses view e mod V; ours)")

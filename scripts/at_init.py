@@ -3,9 +3,11 @@
 A method is trained for 0 epochs (its learnable parts as initialized: CoOp's
 context from the prompt words, MMRL's and DeAR's tokens from N(0, 0.02)
 through random aligners), fused and evaluated with the pipeline's own stages.
-CoOp starts exactly at zero-shot; the token methods do not, because their
-tokens are read by the frozen heads from their first layer on (MMRL's design,
-which DeAR follows): docs/results.md quotes the table this prints.
+CoOp starts exactly at zero-shot; so do the token methods while their tokens
+are faded out (`train.fade_in_epochs` > 0, the demo's default): with
+`--set train.fade_in_epochs=0` (MMRL's code) they start below it, because the
+frozen heads read the random tokens from the first token layer on.
+docs/results.md quotes the tables this prints.
 
     python scripts/at_init.py --root . --datasets world_objects,world_objects_sketch --seed 1
 """
@@ -53,8 +55,9 @@ def main() -> None:
     parser.add_argument("--datasets", default=None, help="comma-separated (default: study.base_to_novel)")
     parser.add_argument("--methods", default="zeroshot,coop,mmrl,dear_nomask,dear")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="change a parameter")
     args = parser.parse_args()
-    params = load_params(args.root / args.params, NO_TRAINING)
+    params = load_params(args.root / args.params, (*NO_TRAINING, *args.set))
     datasets = args.datasets.split(",") if args.datasets else list(params.study.base_to_novel)
     methods = args.methods.split(",")
     print("| dataset | method | base (output) | base (CLS stream) | output - zero-shot |")

@@ -166,6 +166,37 @@ def test_fusion_starts_at_init_cls_and_fuses_streams(clip, images):
     torch.testing.assert_close(model.fused_logits(streams, alpha), (streams * alpha[None, :, None]).sum(1))
 
 
+@pytest.mark.parametrize("name", ["mmrl", "dear_nomask", "dear"])
+def test_faded_out_tokens_leave_the_untouched_model(clip, images, name):
+    """fade 0 (before training): CLS and text are the frozen model's and every token stream is the CLS feature."""
+    model = Adapted(clip, tokenize, spec(name, start_layer=1), TEMPLATE, MIXED_ROLES)
+    with torch.no_grad():
+        full = model.image_features(images), model.text_features(CLASSES)
+        model.fade.fill_(0.0)
+        features, text = model.image_features(images), model.text_features(CLASSES)
+        model.fade.fill_(0.5)
+        halfway = model.image_features(images)
+    reference = F.normalize(clip.encode_image(images), dim=-1)
+    for stream in range(features.shape[1]):
+        torch.testing.assert_close(features[:, stream], reference, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(text, reference_text(clip), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(full[0][:, 0], reference, atol=1e-3) and not torch.allclose(full[1], text, atol=1e-3)
+    assert not torch.allclose(halfway, full[0], atol=1e-3) and not torch.allclose(halfway[:, 0], reference, atol=1e-3)
+
+
+def test_fade_travels_with_the_trained_state(clip):
+    model = Adapted(clip, tokenize, spec("dear_nomask"), TEMPLATE)
+    model.fade.fill_(0.25)
+    state = model.trainable_state()
+    assert float(state["fade"]) == 0.25 and "fade" not in Adapted(clip, tokenize, spec("coop"), TEMPLATE).trainable_state()
+    again = Adapted(clip, tokenize, spec("dear_nomask"), TEMPLATE)
+    again.load_trainable(state, "test")
+    assert float(again.fade) == 0.25
+    state.pop("fade")  # a model.pt from before the fade-in: tokens at full weight
+    again.load_trainable(state, "test")
+    assert float(again.fade) == 1.0
+
+
 def test_frozen_layers_run_without_autograd(clip, images):
     model = Adapted(clip, tokenize, spec("dear", start_layer=3), TEMPLATE, MIXED_ROLES).train()
     seen = {}

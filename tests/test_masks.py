@@ -1,10 +1,12 @@
 """The Role-Based Attention Mask is exactly SPEC §5's table."""
 
+import math
+
 import pytest
 import torch
 
 from dear.errors import DearError
-from dear.model.masks import HeadRole, head_mask, layer_masks, roles_from_rows
+from dear.model.masks import HeadRole, fade_in, head_mask, layer_masks, roles_from_rows
 
 N_OTHER, K = 3, 3  # CLS + 2 patches, three attribute tokens
 O, A = list(range(N_OTHER)), [N_OTHER + k for k in range(K)]
@@ -75,3 +77,15 @@ def test_duplicate_head_is_an_error():
     row = dict(layer=1, head=0, mask_role="mixed", concept=None)
     with pytest.raises(DearError, match="twice"):
         roles_from_rows([row, row], layers=4, heads=4, source="roles.parquet")
+
+
+def test_fade_in_weights_only_the_frozen_positions_reads_of_the_tokens():
+    is_token = torch.tensor([False, False, True, False, True])  # e.g. text: tokens among the positions
+    role = torch.zeros(2, 5, 5)
+    role[0, 0, 2] = float("-inf")
+    assert fade_in(role, is_token, 1.0) is role and fade_in(None, is_token, 1.0) is None
+    half = fade_in(role, is_token, 0.5)
+    reads = (~is_token)[:, None] & is_token[None, :]
+    assert torch.equal(half[:, ~reads], role[:, ~reads])  # token queries and frozen keys untouched
+    assert half[0, 0, 2] == float("-inf") and half[1, 0, 2] == pytest.approx(math.log(0.5))
+    assert torch.isinf(fade_in(None, is_token, 0.0)[reads]).all()

@@ -7,13 +7,14 @@ rerun (docs/engines.md), and planning another config leaves the tree alone.
 """
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests import tiny_study
-from tests.engines import BIN, make_project, run
+from tests.engines import BIN, ROOT, make_project, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]
 
@@ -110,3 +111,12 @@ def test_a_tree_dvc_built_goes_to_snakemake_and_back_without_a_rerun(dvc_project
     assert "Nothing to be done" in again.stdout + again.stderr
     repro = run([str(BIN / "dvc"), "repro", "prepare"], dvc_project)
     assert "Running stage" not in repro.stdout
+
+
+def test_before_training_every_method_scores_zero_shot_on_the_embedded_sets(snakemake_project):
+    """scripts/at_init.py on the study's tree: each method after 0 epochs, fused and evaluated by the stages."""
+    out = run([sys.executable, str(ROOT / "scripts/at_init.py"), "--root", ".",
+               "--datasets", "world_objects,world_objects_sketch"], snakemake_project).stdout
+    rows = [line.strip("| ").split(" | ") for line in out.splitlines() if line.startswith("| world_")]
+    gaps = {(row[0], row[1]): float(row[4]) for row in rows if row[1] != "zeroshot"}
+    assert len(gaps) == 8 and all(abs(gap) <= 1.0 for gap in gaps.values()), out

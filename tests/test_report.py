@@ -286,6 +286,18 @@ def test_std_warning_fires_above_the_threshold_only(world):
         assert "dsA · coop · base" in text and "dsA · coop · hm" not in text
 
 
+def test_loss_curves_shade_the_fade_in_steps(world):
+    from dear.report.plots import loss_png
+    from dear.report.train_logs import read_train_logs
+
+    logs = read_train_logs(make_train_logs(world["root"] / "fade"))
+    assert "fade" not in logs  # logs from before the fade-in column still plot
+    full = logs.assign(fade=1.0)
+    fading = logs.assign(fade=[min(1.0, (step + 1) / 4) for step in logs["step"]])
+    assert loss_png(full, ["dear", "coop"], 1, 60) == loss_png(logs, ["dear", "coop"], 1, 60)
+    assert loss_png(fading, ["dear", "coop"], 1, 60) != loss_png(full, ["dear", "coop"], 1, 60)
+
+
 def test_pictures_plots_data_and_heatmap_copy(world):
     out = world["out"]
     for name in ("base_novel.png", "loss_curves.png"):

@@ -106,6 +106,28 @@ def test_warmup_then_a_cosine_stepped_per_epoch():
     assert [no_warmup(s) for s in range(4)] == pytest.approx([1.0, 1.0, 0.5, 0.5])
 
 
+def test_tokens_fade_in_over_the_first_epoch_and_an_untrained_model_is_zero_shot(world, reference, tmp_path):
+    from dear.model.clip import load_backbone
+    from dear.model.trained import load_trained, read_trained
+
+    assert [trainer.fade_at(step, 4) for step in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    assert trainer.fade_at(0, 0) == 1.0  # fade_in_epochs 0: MMRL's full weight from the first step
+    assert float(read_trained(reference / "model.pt")["state"]["fade"]) == 1.0  # 2 epochs > fade_in_epochs 1
+    untrained = load_params(world.params, ("train.recipes.mmrl.epochs=0", "train.recipes.mmrl.dataset_epochs={}"))
+    out = tmp_path / "untrained"
+    stage.run(untrained, stage.Inputs(method="dear", dataset="toy", seed=1, backbone=world.backbone,
+                                      fewshot=world.fewshot, roles=world.roles), stage.Outputs(out, tmp_path / "ckpt.pt"))
+    backbone = load_backbone(world.backbone)
+    model = load_trained(out / "model.pt", backbone, world.roles, untrained)
+    images = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        features = model.image_features(images)  # [3, 6, E]
+        text = model.text_features(fake_run.CLASSNAMES)
+    frozen = torch.nn.functional.normalize(backbone.model.encode_image(images), dim=-1)
+    torch.testing.assert_close(features, frozen[:, None].expand_as(features), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(text, model.frozen_text_features(fake_run.CLASSNAMES), rtol=1e-5, atol=1e-6)
+
+
 def test_augmentation_depends_only_on_seed_epoch_and_slot(world):
     params = load_params(world.params)
     shots = training_shots(world.fewshot)

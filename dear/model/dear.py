@@ -12,7 +12,11 @@ One frozen open_clip model, reused in place, plus the learnable parts a
   prompt's own words, so that the untrained prompt is the hand-written one);
 - the token features: one per token through P_attr (DeAR; P_attr starts as
   the frozen projection) or their mean through MMRL's randomly initialized
-  projection, and the fusion weights w (α = softmax(w)).
+  projection, and the fusion weights w (α = softmax(w));
+- the fade-in weight `fade` (a buffer the trainer sets; 1 = off): the frozen
+  positions read the tokens with weight `fade` in their softmax and each token
+  feature is `fade` of the way from the CLS feature to its own, so at 0 the
+  model is the untouched one (`train.fade_in_epochs`, ours).
 
 Why it is fast: image layers below J run under `torch.no_grad` (nothing there
 depends on a learnable token), and for each class list the text tower's part
@@ -32,7 +36,7 @@ from torch import nn
 
 from dear.errors import DearError
 from dear.model import internals as oc
-from dear.model.masks import HeadRole, layer_masks
+from dear.model.masks import HeadRole, fade_in, layer_masks
 from dear.model.methods import Method, default_start
 
 
@@ -71,6 +75,7 @@ class Adapted(nn.Module):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self._build(method)
+        self.register_buffer("fade", torch.tensor(1.0))  # [] tokens' weight, 0 = invisible (see fade_in)
         self._masks: dict = {}
         self._prefixes: dict = {}
         self._features: dict = {}
@@ -121,10 +126,17 @@ class Adapted(nn.Module):
         return super()._apply(fn, *args, **kwargs)
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        """Only the learnable tensors (what model.pt stores), on CPU."""
-        return {name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad}
+        """Only the learnable tensors and the fade-in weight (what model.pt stores), on CPU."""
+        state = {name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad}
+        return {**state, "fade": self.fade.detach().cpu().clone()} if self.has_tokens else state
+
+    @property
+    def has_tokens(self) -> bool:
+        return bool(self.method.attribute_tokens or self.method.text_tokens)
 
     def load_trainable(self, state: dict[str, torch.Tensor], source: str) -> None:
+        state = dict(state)
+        self.fade.fill_(float(state.pop("fade", 1.0)))  # model.pt files from before the fade-in: tokens at full weight
         own = dict((name, p) for name, p in self.named_parameters() if p.requires_grad)
         if set(own) != set(state) or any(own[k].shape != state[k].shape for k in own):
             raise DearError(f"{source}: learnable tensors do not match method {self.method.name} on this backbone; "
@@ -170,21 +182,27 @@ class Adapted(nn.Module):
         The untouched model's CLS feature is `frozen_cls` when given (cached), else computed when asked.
         """
         K, n_other = self.method.attribute_tokens, x.shape[1]
-        start = x
+        start, fade = x, float(self.fade)
         masks = self._layer_masks(n_other, x.device)
+        is_token = torch.arange(n_other + K, device=x.device) >= n_other  # [T]
         for i, block in enumerate(self.vision.blocks[self.frozen_depth:]):
+            mask = masks.get(self.start + i) if masks else None
             if K:
                 x = self._with_attribute_tokens(x, i, n_other)  # [B, 1+N+K, D]
-            x = oc.block_forward(block, x, masks.get(self.start + i) if masks else None)
-        features = [oc.image_embedding(self.clip, x[:, 0])[:, None]]  # [B, 1, E]
+                mask = fade_in(mask, is_token, fade)
+            x = oc.block_forward(block, x, mask)
+        features = F.normalize(oc.image_embedding(self.clip, x[:, 0])[:, None], dim=-1)  # [B, 1, E]
         if K:
             tokens = oc.image_ln_post(self.clip)(x[:, n_other:])  # [B, K, D]
             if self.method.pooling == "mean":  # MMRL: one representation feature
                 tokens = tokens.mean(1, keepdim=True)  # [B, 1, D]
-            features.append(tokens @ self.p_attr)  # [B, S, E]
+            streams = F.normalize(tokens @ self.p_attr, dim=-1)  # [B, S, E]
+            if fade < 1.0:  # from the CLS feature (fade 0) to the stream's own (fade 1)
+                streams = F.normalize(features + fade * (streams - features), dim=-1)
+            features = torch.cat([features, streams], 1)
         if frozen_cls is None and with_frozen:
             frozen_cls = self.frozen_cls(start)
-        return ImageOutput(F.normalize(torch.cat(features, 1), dim=-1), frozen_cls)
+        return ImageOutput(features, frozen_cls)
 
     def _with_attribute_tokens(self, x: torch.Tensor, i: int, n_other: int) -> torch.Tensor:
         """r^l = β A^l(R) + (1-β) r̃^{l-1}; at the first token layer only β A^J(R)."""
@@ -235,7 +253,8 @@ class Adapted(nn.Module):
         """[C, E] normalized class features; without autograd the result is cached per class list."""
         if torch.is_grad_enabled():
             return self._text_forward(self.prefix(classnames))
-        key = (tuple(classnames), str(self.device), tuple(p._version for p in self.parameters() if p.requires_grad))
+        key = (tuple(classnames), str(self.device), self.fade._version,
+               tuple(p._version for p in self.parameters() if p.requires_grad))
         if key not in self._features:
             self._features = {key: self._text_forward(self.prefix(classnames))}
         return self._features[key]
@@ -288,6 +307,8 @@ class Adapted(nn.Module):
             return prefix.frozen
         x, N = prefix.hidden, self.method.text_tokens
         mask = oc.text_causal_mask(self.clip, x.shape[1] + N).to(x.device)
+        positions = torch.arange(x.shape[1] + N, device=x.device)
+        mask = fade_in(mask, (positions >= 1) & (positions <= N), float(self.fade))  # layout [SOT, tok_1..N, rest]
         for i, block in enumerate(self.text.blocks[self.text_start - 1:]):
             tokens = self.text_aligners[i](self.bank[:N]).to(x.dtype).expand(x.shape[0], N, -1)  # [C, N, D]
             rest = x[:, 1:] if i == 0 else x[:, 1 + N:]

@@ -16,6 +16,7 @@ are mixed. The diagonal is always open, so no row is ever fully blocked.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -104,3 +105,19 @@ def roles_from_rows(rows: list[dict], layers: int, heads: int, source: str) -> l
         concept = row.get("concept")
         roles.append(HeadRole(layer, head, kind, None if concept is None else str(concept)))
     return roles
+
+
+def fade_in(mask: torch.Tensor | None, is_token: torch.Tensor, weight: float) -> torch.Tensor | None:
+    """`mask` with the frozen positions' reads of the tokens scaled by `weight` in their softmax.
+
+    Adds log(weight) to every (non-token query, token key) entry: at weight 0
+    those positions attend exactly as the untouched model (the tokens are
+    invisible to them), at weight 1 the mask is returned unchanged. Token
+    queries are not touched. mask: [T, T] | [H, T, T] | None; is_token: [T] bool.
+    """
+    if weight >= 1.0:
+        return mask
+    reads_token = (~is_token)[:, None] & is_token[None, :]  # [T, T]
+    extra = torch.zeros(reads_token.shape, device=is_token.device)
+    extra[reads_token] = math.log(weight) if weight > 0 else float("-inf")
+    return extra if mask is None else mask + extra.to(mask.dtype)

@@ -14,6 +14,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from dear.report.tables import AVERAGE, B2N_METRICS, method_order
@@ -74,7 +75,11 @@ def _bars(ax, rows: pd.DataFrame, methods: list[str], colors: dict) -> None:
 
 
 def loss_png(logs: pd.DataFrame, listed_methods: list[str], smoothing: int, dpi: int) -> bytes:
-    """One panel per training dataset: total loss per step, a colour per method, a line style per seed."""
+    """One panel per training dataset: total loss per step, a colour per method, a line style per seed.
+
+    The steps where the tokens were still fading in (`fade` < 1) are shaded: there the
+    token methods' loss may rise, as their streams leave the CLS feature they start from.
+    """
     if logs.empty:
         return _message_png("Training loss: no train logs given (zero-shot runs do not train)", dpi)
     datasets = sorted(logs["dataset"].unique())
@@ -92,6 +97,9 @@ def loss_png(logs: pd.DataFrame, listed_methods: list[str], smoothing: int, dpi:
         for (method, seed), run in logs[logs["dataset"] == dataset].groupby(["method", "seed"], sort=True):
             smooth = run["loss"].rolling(window, min_periods=1).mean()
             ax.plot(run["step"], smooth, color=colors[method], linestyle=styles[seed], linewidth=1.2)
+        fading = logs[(logs["dataset"] == dataset) & (logs["fade"] < 1)] if "fade" in logs else logs.iloc[:0]
+        if len(fading):
+            ax.axvspan(-0.5, fading["step"].max() + 0.5, color="0.9", zorder=0)
         ax.set_title(f"trained on {dataset}", fontsize=10)
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -102,6 +110,9 @@ def loss_png(logs: pd.DataFrame, listed_methods: list[str], smoothing: int, dpi:
     handles = [Line2D([], [], color=colors[m], linewidth=2) for m in methods]
     handles += [Line2D([], [], color="0.3", linestyle=styles[s]) for s in seeds]
     labels = methods + [f"seed {s}" for s in seeds]
+    if "fade" in logs and (logs["fade"] < 1).any():
+        handles.append(Patch(color="0.9"))
+        labels.append("tokens fading in")
     figure.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
     shown = "raw values" if window == 1 else f"moving average over {window} steps"
     figure.suptitle(f"Training loss: each method's own objective ({shown})", fontsize=11)

@@ -2,7 +2,7 @@
 
 A train log has one row per optimizer step: `step` and `loss` (the total) are
 required; `epoch`, loss terms (`loss_ce`, `loss_img`, `loss_txt`, `loss_fus`,
-...), `lr`, `alpha_<k>` and `seconds` are optional, and methods log different
+...), `fade`, `lr`, `alpha_<k>` and `seconds` are optional, and methods log different
 terms (CoOp has no fusion term), so unknown or absent columns are fine. The
 run (method, dataset, seed) comes from `method`/`dataset`/`seed` columns when
 the log has them, else from its path `.../<method>/<dataset>/[train/]seed<S>/train_log.parquet`.
@@ -39,7 +39,7 @@ def read_train_logs(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
         return pd.DataFrame(columns=list(RUN_COLUMNS) + ["run", *REQUIRED])
     logs = pd.concat(frames, ignore_index=True)
     terms = sorted(c for c in logs.columns if c.startswith("loss_"))
-    logs = logs[list(RUN_COLUMNS) + ["run", *REQUIRED] + terms]
+    logs = logs[list(RUN_COLUMNS) + ["run", *REQUIRED] + (["fade"] if "fade" in logs else []) + terms]
     return logs.sort_values(["method", "dataset", "seed", "step"], kind="stable").reset_index(drop=True)
 
 
@@ -57,7 +57,7 @@ def read_train_log(path: str | os.PathLike) -> tuple[tuple[str, str, int], pd.Da
         raise DearError(f"{path}: train log misses columns {missing}; rerun `dear train` for this run")
     method, dataset, seed = _run_of(path, frame)
     frame = frame.assign(method=method, dataset=dataset, seed=seed, run=f"{method}/{dataset}/seed{seed}")
-    keep = list(RUN_COLUMNS) + ["run", *REQUIRED] + [c for c in frame.columns if c.startswith("loss_")]
+    keep = list(RUN_COLUMNS) + ["run", *REQUIRED] + [c for c in frame.columns if c.startswith("loss_") or c == "fade"]
     return (method, dataset, seed), frame[keep].astype({"step": "int64", "loss": "float64", "seed": "int64"})
 
 

@@ -45,6 +45,7 @@ TRAIN_LOG_SCHEMA = pa.schema([
     pa.field("loss_fus", pa.float64(), nullable=False),
     pa.field("accuracy", pa.float64(), nullable=False),  # % of the batch right by the base-class output
     pa.field("lr", pa.float64(), nullable=False),
+    pa.field("fade", pa.float64(), nullable=False),  # the tokens' fade-in weight in this step (1: full; train.fade_in_epochs)
     pa.field("alpha", pa.list_(pa.float64()), nullable=False),  # [S+1], alpha_0 = CLS stream
     pa.field("seconds", pa.float64(), nullable=False),  # wall time since the run began (resumes add up)
 ])

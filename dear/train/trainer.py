@@ -88,6 +88,8 @@ def fit(run: Run) -> list[dict]:
     loop = make_loop(model, recipe, Schedule(n=len(run.shots.paths), batch_size=recipe.batch_size, epochs=run.epochs,
                                              seed=run.seed), device)
     rows, start, elapsed = [], 0, 0.0
+    fade_steps = round(p.fade_in_epochs * loop.schedule.steps_per_epoch) if model.has_tokens else 0
+    model.fade.fill_(fade_at(0, fade_steps))
     state = checkpoint.load(run.checkpoint, run.params_hash)
     if state is not None:
         rows, start, elapsed = _restore(state, model, loop)
@@ -106,13 +108,14 @@ def fit(run: Run) -> list[dict]:
     for step, (images, labels) in zip(track(range(start, loop.schedule.total_steps), f"train {model.method.name}",
                                             total=loop.schedule.total_steps - start), batches):
         lr = loop.scheduler.get_last_lr()[0]
+        model.fade.fill_(fade_at(step + 1, fade_steps))
         images, labels = _to(images, device), labels.to(device, non_blocking=True)
         terms, alpha, correct = loss_of_batch(model, images, labels, classnames, frozen_text, weights, use_bf16)
         if not torch.isfinite(terms.total):
             _stop_on_nan(step, terms, run.checkpoint)
         update(loop, terms.total)
         rows.append({"step": step, "epoch": step // loop.schedule.steps_per_epoch, **terms.as_floats(),
-                     "accuracy": 100.0 * correct / len(labels), "lr": lr,
+                     "accuracy": 100.0 * correct / len(labels), "lr": lr, "fade": float(model.fade),
                      "alpha": [float(a) for a in alpha.detach().float().cpu()],
                      "seconds": time.perf_counter() - began})
         done = step + 1
@@ -126,6 +129,11 @@ def fit(run: Run) -> list[dict]:
             checkpoint.save(run.checkpoint, _state(model, loop, done, rows, run.params_hash))
     model.eval()
     return rows
+
+
+def fade_at(steps: int, fade_steps: int) -> float:
+    """The tokens' fade-in weight during step `steps` (1-based; 0 = before training): linear to 1 over `fade_steps`."""
+    return 1.0 if fade_steps == 0 else min(1.0, steps / fade_steps)
 
 
 def cached_batches(cache: ViewCache, schedule: Schedule, shots: Shots, start_step: int):
