@@ -154,6 +154,7 @@ def main() -> None:
         ("profile pass / plain encode_image", f"{profile['ratio']:.2f}x ({profile['images_per_s']:.0f} img/s)", "<= 1.5"),
         ("DeAR masked step / all-Mixed step", f"{masked / mixed:.2f}x ({1 / masked:.1f} steps/s)", "<= 1.25"),
         ("DeAR step / CoOp step", f"{masked / coop:.2f}x", "-"),
+        ("DeAR step while the tokens fade in / after", f"{steps['dear_fading']['median_s'] / masked:.2f}x", "-"),
         ("evaluation / plain encode_image throughput", f"{evaluate['ratio']:.2f}x ({evaluate['images_per_s']:.0f} img/s)", ">= 0.9"),
         *[(f"DeAR step at {row['classes']} classes", f"{row['step_s'] * 1000:.0f} ms, +{row['step_mb']:.0f} MB "
            f"(peak {row['peak_mb']:.0f} MB)", "grows with classes, not depth") for row in grow],

@@ -1,5 +1,8 @@
 """Training-step cost of DeAR (role masks) against all-Mixed DeAR and CoOp, and its growth with classes.
 
+Also DeAR while its tokens fade in (`train.fade_in_epochs`: the first epoch, weight 0.5
+here) against DeAR after it.
+
 Every configuration runs the trainer's own step (`dear.train.trainer.loss_of_batch` + `update`) on
 the same random-weight model and the same random batch, in a fresh process so that its peak
 memory (max RSS on CPU, max allocated on CUDA) is its own. Printed: median seconds per step,
@@ -83,11 +86,13 @@ def backbone(arch: str):
 
 
 def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, device: str) -> dict:
-    """dear, dear_nomask and coop on one frozen model, stepped in turn so machine load hits all alike."""
+    """dear, dear_nomask, coop and dear while fading in, on one frozen model, stepped in turn so machine load hits all alike."""
     import torch
 
     model, tokenizer = backbone(arch)
     benches = {name: Bench(model, tokenizer, name, classes, batch, device) for name in ("dear", "dear_nomask", "coop")}
+    benches["dear_fading"] = Bench(model, tokenizer, "dear", classes, batch, device)
+    benches["dear_fading"].model.fade.fill_(0.5)
     times = {name: [] for name in benches}
     for index in range(warmup + rounds):
         for name, bench in benches.items():
@@ -187,6 +192,9 @@ def report(args, base: int, ratios: dict, scaling: list[dict]) -> None:
     print(f"DeAR masked / all-Mixed: {masked['median_s'] / mixed['median_s']:.2f}x median, "
           f"{masked['min_s'] / mixed['min_s']:.2f}x min (target <= 1.25x)")
     print(f"DeAR masked / CoOp:      {masked['median_s'] / coop['median_s']:.2f}x median, {masked['min_s'] / coop['min_s']:.2f}x min")
+    fading = ratios["dear_fading"]
+    print(f"DeAR fading in / after:  {fading['median_s'] / masked['median_s']:.2f}x median, "
+          f"{fading['min_s'] / masked['min_s']:.2f}x min (the first epoch only)")
     print(f"-- one process per row: median of {args.steps} steps after {args.warmup} warm-up; memory = peak, and above the loaded model")
     print(f"{'method':<12} {'classes':>7} {'s/step':>8} {'steps/s':>8} {'peak MB':>8} {'step MB':>8}")
     for r in scaling:
