@@ -12,6 +12,9 @@ attribute token. Rows are queries, columns keys; 0 = may attend, -inf = blocked.
 An attribute head whose concept has no token (not among `dear.concepts[:K]`) is
 masked as a generalization head; heads of layers absent from the roles table
 are mixed. The diagonal is always open, so no row is ever fully blocked.
+
+`fade_in` adds the tokens' fade-in on top of any of these masks (and of the text
+tower's causal mask): log w on every O -> A entry (`train.fade_in_epochs`).
 """
 
 from __future__ import annotations
