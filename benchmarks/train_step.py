@@ -92,7 +92,7 @@ def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, d
     model, tokenizer = backbone(arch)
     benches = {name: Bench(model, tokenizer, name, classes, batch, device) for name in ("dear", "dear_nomask", "coop")}
     benches["dear_fading"] = Bench(model, tokenizer, "dear", classes, batch, device)
-    benches["dear_fading"].model.fade.fill_(0.5)
+    benches["dear_fading"].model.fade = 0.5
     times = {name: [] for name in benches}
     for index in range(warmup + rounds):
         for name, bench in benches.items():

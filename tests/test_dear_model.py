@@ -172,9 +172,9 @@ def test_faded_out_tokens_leave_the_untouched_model(clip, images, name):
     model = Adapted(clip, tokenize, spec(name, start_layer=1), TEMPLATE, MIXED_ROLES)
     with torch.no_grad():
         full = model.image_features(images), model.text_features(CLASSES)
-        model.fade.fill_(0.0)
+        model.fade = 0.0
         features, text = model.image_features(images), model.text_features(CLASSES)
-        model.fade.fill_(0.5)
+        model.fade = 0.5
         halfway = model.image_features(images)
     reference = F.normalize(clip.encode_image(images), dim=-1)
     for stream in range(features.shape[1]):
@@ -186,7 +186,7 @@ def test_faded_out_tokens_leave_the_untouched_model(clip, images, name):
 
 def test_fade_travels_with_the_trained_state(clip):
     model = Adapted(clip, tokenize, spec("dear_nomask"), TEMPLATE)
-    model.fade.fill_(0.25)
+    model.fade = 0.25
     state = model.trainable_state()
     assert float(state["fade"]) == 0.25 and "fade" not in Adapted(clip, tokenize, spec("coop"), TEMPLATE).trainable_state()
     again = Adapted(clip, tokenize, spec("dear_nomask"), TEMPLATE)

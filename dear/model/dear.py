@@ -13,7 +13,7 @@ One frozen open_clip model, reused in place, plus the learnable parts a
 - the token features: one per token through P_attr (DeAR; P_attr starts as
   the frozen projection) or their mean through MMRL's randomly initialized
   projection, and the fusion weights w (α = softmax(w));
-- the fade-in weight `fade` (a buffer the trainer sets; 1 = off): the frozen
+- the fade-in weight `fade` (a float the trainer sets; 1 = off): the frozen
   positions read the tokens with weight `fade` in their softmax and each token
   feature is `fade` of the way from the CLS feature to its own, so at 0 the
   model is the untouched one (`train.fade_in_epochs`, ours).
@@ -75,7 +75,7 @@ class Adapted(nn.Module):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self._build(method)
-        self.register_buffer("fade", torch.tensor(1.0))  # [] tokens' weight, 0 = invisible (see fade_in)
+        self.fade = 1.0  # the tokens' weight, 0 = invisible (see masks.fade_in); saved with the learnable state
         self._masks: dict = {}
         self._prefixes: dict = {}
         self._features: dict = {}
@@ -128,7 +128,7 @@ class Adapted(nn.Module):
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """Only the learnable tensors and the fade-in weight (what model.pt stores), on CPU."""
         state = {name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad}
-        return {**state, "fade": self.fade.detach().cpu().clone()} if self.has_tokens else state
+        return {**state, "fade": torch.tensor(self.fade)} if self.has_tokens else state
 
     @property
     def has_tokens(self) -> bool:
@@ -136,7 +136,7 @@ class Adapted(nn.Module):
 
     def load_trainable(self, state: dict[str, torch.Tensor], source: str) -> None:
         state = dict(state)
-        self.fade.fill_(float(state.pop("fade", 1.0)))  # model.pt files from before the fade-in: tokens at full weight
+        self.fade = float(state.pop("fade", 1.0))  # model.pt files from before the fade-in: tokens at full weight
         own = dict((name, p) for name, p in self.named_parameters() if p.requires_grad)
         if set(own) != set(state) or any(own[k].shape != state[k].shape for k in own):
             raise DearError(f"{source}: learnable tensors do not match method {self.method.name} on this backbone; "
@@ -182,7 +182,7 @@ class Adapted(nn.Module):
         The untouched model's CLS feature is `frozen_cls` when given (cached), else computed when asked.
         """
         K, n_other = self.method.attribute_tokens, x.shape[1]
-        start, fade = x, float(self.fade)
+        start, fade = x, self.fade
         masks = self._layer_masks(n_other, x.device)
         is_token = torch.arange(n_other + K, device=x.device) >= n_other  # [T]
         for i, block in enumerate(self.vision.blocks[self.frozen_depth:]):
@@ -253,7 +253,7 @@ class Adapted(nn.Module):
         """[C, E] normalized class features; without autograd the result is cached per class list."""
         if torch.is_grad_enabled():
             return self._text_forward(self.prefix(classnames))
-        key = (tuple(classnames), str(self.device), self.fade._version,
+        key = (tuple(classnames), str(self.device), self.fade,
                tuple(p._version for p in self.parameters() if p.requires_grad))
         if key not in self._features:
             self._features = {key: self._text_forward(self.prefix(classnames))}
@@ -308,7 +308,7 @@ class Adapted(nn.Module):
         x, N = prefix.hidden, self.method.text_tokens
         mask = oc.text_causal_mask(self.clip, x.shape[1] + N).to(x.device)
         positions = torch.arange(x.shape[1] + N, device=x.device)
-        mask = fade_in(mask, (positions >= 1) & (positions <= N), float(self.fade))  # layout [SOT, tok_1..N, rest]
+        mask = fade_in(mask, (positions >= 1) & (positions <= N), self.fade)  # layout [SOT, tok_1..N, rest]
         for i, block in enumerate(self.text.blocks[self.text_start - 1:]):
             tokens = self.text_aligners[i](self.bank[:N]).to(x.dtype).expand(x.shape[0], N, -1)  # [C, N, D]
             rest = x[:, 1:] if i == 0 else x[:, 1 + N:]

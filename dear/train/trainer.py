@@ -89,7 +89,7 @@ def fit(run: Run) -> list[dict]:
                                              seed=run.seed), device)
     rows, start, elapsed = [], 0, 0.0
     fade_steps = round(p.fade_in_epochs * loop.schedule.steps_per_epoch) if model.has_tokens else 0
-    model.fade.fill_(fade_at(0, fade_steps))
+    model.fade = fade_at(0, fade_steps)
     state = checkpoint.load(run.checkpoint, run.params_hash)
     if state is not None:
         rows, start, elapsed = _restore(state, model, loop)
@@ -108,14 +108,14 @@ def fit(run: Run) -> list[dict]:
     for step, (images, labels) in zip(track(range(start, loop.schedule.total_steps), f"train {model.method.name}",
                                             total=loop.schedule.total_steps - start), batches):
         lr = loop.scheduler.get_last_lr()[0]
-        model.fade.fill_(fade_at(step + 1, fade_steps))
+        model.fade = fade_at(step + 1, fade_steps)
         images, labels = _to(images, device), labels.to(device, non_blocking=True)
         terms, alpha, correct = loss_of_batch(model, images, labels, classnames, frozen_text, weights, use_bf16)
         if not torch.isfinite(terms.total):
             _stop_on_nan(step, terms, run.checkpoint)
         update(loop, terms.total)
         rows.append({"step": step, "epoch": step // loop.schedule.steps_per_epoch, **terms.as_floats(),
-                     "accuracy": 100.0 * correct / len(labels), "lr": lr, "fade": float(model.fade),
+                     "accuracy": 100.0 * correct / len(labels), "lr": lr, "fade": model.fade,
                      "alpha": [float(a) for a in alpha.detach().float().cpu()],
                      "seconds": time.perf_counter() - began})
         done = step + 1
