@@ -68,18 +68,62 @@ def eval_transform(adapted, augmentation):
     return test_transform(augmentation, oc.image_size(adapted.clip), mean, std)
 
 
+@dataclass(frozen=True)
+class Reuse:
+    """Keep the frozen blocks' output for the next model on the same backbone (the next seed of a job)."""
+
+    backbone: str  # the backbone weights' sha256 (its card's)
+    megabytes: float  # at most this much kept in all (evaluate.reuse_mb)
+
+
+# The frozen image blocks' output [B, 1+N, D] per batch, by backbone, image list and everything else it depends
+# on. `dear evaluate` runs every seed of a job in one process and each seed's model shares the backbone, so
+# only the blocks from the first token layer on run again (for zeroshot and coop, whose towers are frozen, none).
+_kept: dict[tuple, list[torch.Tensor]] = {}
+
+
 @torch.no_grad()
 def encode_images(adapted, images: ImageSet, transform, batch_size: int, compute: Compute,
-                  description: str) -> torch.Tensor:
-    """Per-stream image features [N, S+1, E] (CPU, float32), streamed in batches on the model's device."""
+                  description: str, reuse: Reuse | None = None) -> torch.Tensor:
+    """Per-stream image features [N, S+1, E] (CPU, float32), streamed in batches on the model's device.
+
+    With `reuse`, the frozen blocks' output is kept for (and taken from) other models on the same backbone.
+    """
+    device = adapted.device
+    key = reuse and (reuse.backbone, adapted.frozen_depth, tuple(images.paths), repr(transform), batch_size,
+                     str(device), compute.precision)
+    kept = _kept.get(key) if key else None
+    prefixes = track(kept, description, total=len(kept)) if kept is not None \
+        else _frozen_blocks(adapted, images, transform, batch_size, compute, description)
+    keeping = [] if key and kept is None else None  # this list's frozen output, while it fits reuse.megabytes
+    room = reuse.megabytes * 2**20 - sum(_bytes(t) for ts in _kept.values() for t in ts) if reuse else 0.0
+    chunks = []
+    for prefix in prefixes:  # [B, 1+N, D]
+        with devices.autocast(device, compute.precision):
+            chunks.append(adapted.forward_from_prefix(prefix.to(device, non_blocking=True)).features.float().cpu())
+        if keeping is not None:
+            room -= _bytes(prefix)
+            if room < 0:
+                keeping = None
+            else:
+                keeping.append(prefix.cpu())
+    if keeping is not None:
+        _kept[key] = keeping
+    return torch.cat(chunks)
+
+
+def _bytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _frozen_blocks(adapted, images: ImageSet, transform, batch_size: int, compute: Compute, description: str):
+    """The frozen blocks' output [B, 1+N, D] per batch of images, decoded by `compute.workers` processes."""
     device = adapted.device
     loader = torch.utils.data.DataLoader(_Images(images.paths, transform), batch_size=batch_size,
                                          num_workers=compute.workers, pin_memory=device.type == "cuda")
-    chunks = []
     for pixels in track(from_workers(loader), description, total=len(loader)):
         with devices.autocast(device, compute.precision):
-            chunks.append(adapted.image_features(pixels.to(device, non_blocking=True)).float().cpu())
-    return torch.cat(chunks)
+            yield adapted.image_prefix(pixels.to(device, non_blocking=True))
 
 
 @torch.no_grad()

@@ -281,6 +281,8 @@ class Study(Section):
 
 class Evaluate(Section):
     batch_size: int = Field(ge=1, description="images per forward pass when scoring")
+    reuse_mb: float = Field(ge=0, description="frozen image blocks' output kept between the seeds of one job "
+                                              "(MB in all; 0: every seed recomputes it)")
 
 
 # --- profile: head decomposition, TextSpan, Concept Entropy, roles ------------

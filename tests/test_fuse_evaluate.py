@@ -149,3 +149,39 @@ def test_evaluate_rejects_a_fusion_file_without_alpha(project, tmp_path):
                                       "--backbone", str(root / "backbone"), "--out", str(tmp_path / "out")])
     assert result.exit_code == 1 and "no 'alpha'" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_second_model_on_the_same_backbone_reuses_the_frozen_blocks(project, monkeypatch):
+    """The next seed of an evaluate job runs only the blocks from its first token layer on, with equal features."""
+    from dear.model.clip import load_backbone
+    from dear.model.trained import load_trained
+    from dear.params import Compute, load_params
+
+    root, params, run = project
+    monkeypatch.setattr(evaluation, "_kept", {})
+    compute = Compute(device="cpu", precision="fp32", workers=0)
+    images = evaluation.image_set(*(read_manifest(root / "data/world_objects"),) * 2, "test", "all",
+                                  root / "data/world_objects")
+    models = [load_trained(run / "model.pt", load_backbone(root / "backbone")) for _ in range(2)]
+    transform = evaluation.eval_transform(models[0], load_params(params).train.augmentation)
+    prefix_calls = []
+    for model in models:
+        original = model.image_prefix
+        monkeypatch.setattr(model, "image_prefix", lambda x, f=original: prefix_calls.append(len(x)) or f(x))
+
+    def encode(model, reuse):
+        return evaluation.encode_images(model, images, transform, 2, compute, "test", reuse)
+
+    plain = encode(models[1], None)
+    assert sum(prefix_calls) == len(images)
+    same = evaluation.Reuse("sha-a", megabytes=64)
+    first, second = encode(models[0], same), encode(models[1], same)
+    assert sum(prefix_calls) == 2 * len(images)  # the second model took the first one's frozen output
+    assert torch.equal(first, encode(models[0], None)) and torch.equal(second, plain)
+    encode(models[1], evaluation.Reuse("sha-b", megabytes=64))  # another backbone computes its own
+    assert sum(prefix_calls) == 4 * len(images)
+    monkeypatch.setattr(evaluation, "_kept", {})
+    nothing = evaluation.Reuse("sha-a", megabytes=0)
+    encode(models[0], nothing), encode(models[1], nothing)  # no room: every model recomputes
+    assert sum(prefix_calls) == 6 * len(images) and evaluation._kept == {}
+

@@ -204,7 +204,8 @@ def test_a_worker_error_stays_one_line(tmp_path):
 
     images = evaluation.ImageSet(paths=[str(tmp_path / "bad.png")], labels=[0], classnames=["x"])
     (tmp_path / "bad.png").write_bytes(b"not an image")
-    model = SimpleNamespace(device=torch.device("cpu"), image_features=lambda pixels: pixels)
+    model = SimpleNamespace(device=torch.device("cpu"), frozen_depth=0, image_prefix=lambda pixels: pixels,
+                            forward_from_prefix=lambda x: SimpleNamespace(features=x))
     with pytest.raises(DearError) as raised:
         evaluation.encode_images(model, images, lambda image: torch.zeros(1), 1,
                                  Compute(device="cpu", precision="fp32", workers=1), "test")

@@ -72,17 +72,20 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     record = read_trained(inputs.model)
     alpha = _alpha(inputs.fusion)
     targets = _targets(params, inputs)  # checks every input before the model is built
-    adapted = load_trained(inputs.model, load_backbone(inputs.backbone), inputs.roles, params)
+    backbone = load_backbone(inputs.backbone)
+    adapted = load_trained(inputs.model, backbone, inputs.roles, params)
     device = devices.resolve(params.compute)
     devices.fast_matmuls(device)
     adapted.to(device)
     transform = evaluation.eval_transform(adapted, params.train.augmentation)
+    sha = backbone.card.get("sha256")  # the next seed's model shares these weights: its frozen blocks are reused
+    reuse = evaluation.Reuse(sha, params.evaluate.reuse_mb) if sha else None
     rows, encoded = [], {}
     for target in targets:
         key = (target.name, target.split)
         if key not in encoded:  # the source's own test images serve both transfer protocols
             encoded[key] = evaluation.encode_images(adapted, target.images, transform, params.evaluate.batch_size,
-                                                    params.compute, f"evaluate: {target.name} {target.split}")
+                                                    params.compute, f"evaluate: {target.name} {target.split}", reuse)
         logits = evaluation.stream_logits(adapted, encoded[key], target.images.classnames)  # [N, S+1, C]
         use_cls = not target.seen and params.fusion.novel == "cls"
         output = logits[:, 0] if use_cls else evaluation.fuse(logits, alpha)  # [N, C]
