@@ -9,6 +9,7 @@ Rows (goal in brackets):
 - DeAR step with role masks / the same step with every head Mixed            [<= 1.25]
 - DeAR step / CoOp step
 - evaluation throughput (dear evaluate's image path) / plain encode_image    [>= 0.9]
+- a later seed's evaluation (the first seed's frozen image blocks kept) / the first seed's [< 1]
 - DeAR step time and memory at 10, 100 and 1000 classes
 - no-op `dvc repro` and `snakemake` on the prepare fan-out (the demo's whole graph: benchmarks/dvc_noop.py) [<= 3 s]
 Each timing is the median of interleaved repeats, so machine load hits both sides alike.
@@ -78,10 +79,29 @@ def evaluation_ratio(args) -> dict:
         for pixels in loader:
             model.encode_image(pixels)
 
+    compute = params.compute.model_copy(update={"workers": 0})
     median = interleave({"plain": plain, "evaluate": lambda: evaluation.encode_images(
-        adapted, images, transform, args.batch, params.compute.model_copy(update={"workers": 0}), "bench")},
-        args.repeats)
-    return {"ratio": median["plain"] / median["evaluate"], "images_per_s": args.images / median["evaluate"]}
+        adapted, images, transform, args.batch, compute, "bench")}, args.repeats)
+    return {"ratio": median["plain"] / median["evaluate"], "images_per_s": args.images / median["evaluate"],
+            "reuse": {name: reuse_ratio(model, tokenizer, method(name, params), params, images, transform, args)
+                      for name in ("zeroshot", "dear_nomask")}}
+
+
+def reuse_ratio(model, tokenizer, chosen, params, images, transform, args) -> float:
+    """A later seed's evaluation (frozen blocks kept from the first seed) / the first seed's, same images."""
+    from dear import evaluation
+    from dear.model.dear import Adapted
+
+    adapted = Adapted(model, tokenizer, chosen, params.train.template).eval()
+    compute = params.compute.model_copy(update={"workers": 0})
+    reuse = evaluation.Reuse("bench", params.evaluate.reuse_mb)
+    evaluation.encode_images(adapted, images, transform, args.batch, compute, "bench", reuse)  # the first seed keeps
+    median = interleave({"first": lambda: evaluation.encode_images(adapted, images, transform, args.batch, compute,
+                                                                   "bench"),
+                         "later": lambda: evaluation.encode_images(adapted, images, transform, args.batch, compute,
+                                                                   "bench", reuse)}, args.repeats)
+    evaluation._kept.clear()
+    return median["later"] / median["first"]
 
 
 def step_ratios(args) -> dict:
@@ -156,6 +176,8 @@ def main() -> None:
         ("DeAR step / CoOp step", f"{masked / coop:.2f}x", "-"),
         ("DeAR step while the tokens fade in / after", f"{steps['dear_fading']['median_s'] / masked:.2f}x", "-"),
         ("evaluation / plain encode_image throughput", f"{evaluate['ratio']:.2f}x ({evaluate['images_per_s']:.0f} img/s)", ">= 0.9"),
+        *[(f"evaluation of a later seed / the first ({name}: frozen blocks kept)", f"{ratio:.2f}x", "< 1")
+          for name, ratio in evaluate["reuse"].items()],
         *[(f"DeAR step at {row['classes']} classes", f"{row['step_s'] * 1000:.0f} ms, +{row['step_mb']:.0f} MB "
            f"(peak {row['peak_mb']:.0f} MB)", "grows with classes, not depth") for row in grow],
         ("trainable parameters: DeAR / CoOp", f"{steps['dear']['trainable']:,} / {steps['coop']['trainable']:,}", "-"),

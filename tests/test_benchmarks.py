@@ -17,3 +17,12 @@ def test_the_training_step_benchmark_steps_every_method_it_compares():
     result = _script("train_step").interleaved("dear-world-tiny", classes=4, batch=2, rounds=1, warmup=0, device="cpu")
     assert {"dear", "dear_nomask", "coop", "dear_fading"} <= result.keys()
     assert all(result[name]["median_s"] > 0 and result[name]["trainable"] > 0 for name in ("dear", "dear_nomask", "coop"))
+
+
+def test_the_evaluation_benchmark_times_a_later_seed_against_the_first():
+    from types import SimpleNamespace
+
+    run = _script("run")
+    result = run.evaluation_ratio(SimpleNamespace(arch="dear-world-tiny", images=4, batch=2, repeats=1))
+    assert result["ratio"] > 0 and set(result["reuse"]) == {"zeroshot", "dear_nomask"}
+    assert all(ratio > 0 for ratio in result["reuse"].values())
