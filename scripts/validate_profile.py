@@ -13,7 +13,10 @@ Reported (Markdown on stdout, JSON with --json):
   its role and concept from roles.parquet;
 - per group (attribute heads of each concept, all generalization heads,
   all mixed heads, and seeded random head sets of the same sizes): the drop
-  per family when the whole group is ablated.
+  per family when the whole group is ablated;
+- with --components, where each family reaches the embedding at all: every
+  layer's heads together and its MLP, each mean-ablated, and each as the only
+  term that varies (all others at their mean), over the whole image tower.
 Nothing here is tuned: read the roles as they came out of `dear profile`.
 
     python scripts/validate_profile.py --backbone backbone --world world --roles roles/world_objects/roles.parquet
@@ -79,12 +82,7 @@ def accuracies(embeddings, heads_, ablated, means, tasks):
     """Zero-shot accuracy per family with the heads in `ablated` (list of (i, h)) mean-ablated."""
     from dear.model.decompose import mean_ablate
 
-    e = F.normalize(mean_ablate(embeddings, heads_, means, ablated), dim=-1)
-    out = {}
-    for family, (text, labels, keep) in tasks.items():
-        predicted = (e @ text.T).argmax(-1)
-        out[family] = float((predicted[keep] == labels[keep]).float().mean())
-    return out
+    return zero_shot(mean_ablate(embeddings, heads_, means, ablated), tasks)
 
 
 def main() -> None:
@@ -97,6 +95,7 @@ def main() -> None:
     parser.add_argument("--max-images", type=int, default=2500)
     parser.add_argument("--random-sets", type=int, default=20, help="random head sets per group size")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--components", action="store_true", help="also: each layer's heads and MLP, whole tower")
     args = parser.parse_args()
     from dear.model.clip import load_backbone
 
@@ -142,9 +141,41 @@ def main() -> None:
 
     report = {"n_images": len(table), "dataset": args.dataset, "split": args.split, "base_accuracy": base,
               "per_head": per_head, "groups": group_rows}
+    if args.components:
+        report["components"] = components(backbone.model, pixels, tasks)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     sys.stdout.write(markdown(report, families))
+
+
+@torch.no_grad()
+def components(model, pixels, tasks) -> list[dict]:
+    """Per layer: its heads (summed) and its MLP, mean-ablated and alone; the embedding term entering layer 1."""
+    from dear.model import internals
+    from dear.model.decompose import decompose
+
+    depth = internals.vision_tower(model).layers
+    parts = [decompose(model, pixels[i:i + 256], depth) for i in range(0, len(pixels), 256)]
+    term = lambda name: torch.cat([getattr(p, name) for p in parts])  # noqa: E731
+    embedding, heads, mlp = term("embedding"), term("heads"), term("mlp")  # [M, E], [M, L, H, E], [M, L, E]
+    terms = {"embeddings (entering layer 1)": term("residual")}
+    for layer in range(depth):
+        terms[f"L{layer + 1} heads"] = heads[:, layer].sum(1)
+        terms[f"L{layer + 1} MLP"] = mlp[:, layer]
+    mean = embedding.mean(0, keepdim=True)
+    rows = []
+    for name, values in terms.items():
+        centred = values - values.mean(0, keepdim=True)  # [M, E]
+        rows.append({"term": name, "ablated": zero_shot(embedding - centred, tasks),
+                     "alone": zero_shot(mean + centred, tasks)})
+    return rows
+
+
+def zero_shot(embeddings, tasks) -> dict:
+    """Top-1 (0..1) per family of unnormalized embeddings [M, E] against each family's class texts."""
+    e = F.normalize(embeddings, dim=-1)
+    return {family: float(((e @ text.T).argmax(-1)[keep] == labels[keep]).float().mean())
+            for family, (text, labels, keep) in tasks.items()}
 
 
 def markdown(report: dict, families: list[str]) -> str:
@@ -162,6 +193,15 @@ def markdown(report: dict, families: list[str]) -> str:
     for h in report["per_head"]:
         lines.append(f"| L{h['layer']}.H{h['head']} | {h['role']} | {h['concept']} | {h['entropy_bits']:.2f} | "
                      + " | ".join(pct(h[f]) for f in families) + " |")
+    if "components" in report:
+        base = report["base_accuracy"]
+        lines += ["", "Each term of the embedding over the whole tower: drop (points) when it is mean-ablated, and "
+                  "accuracy (%) when it alone varies (every other term at its mean):", "",
+                  "| term | " + " | ".join(f"drop {f}" for f in families) + " | "
+                  + " | ".join(f"alone {f}" for f in families) + " |", "|" + " --- |" * (1 + 2 * len(families))]
+        for row in report["components"]:
+            lines.append(f"| {row['term']} | " + " | ".join(pct(base[f] - row["ablated"][f]) for f in families)
+                         + " | " + " | ".join(f"{100 * row['alone'][f]:.1f}" for f in families) + " |")
     return "\n".join(lines) + "\n"
 
 
