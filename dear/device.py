@@ -53,9 +53,9 @@ def exact_matmuls(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = False
 
 
-def describe(device: torch.device, precision: str) -> str:
-    """One log line's worth: which device, which precision."""
+def describe(device: torch.device, precision: str, cpu_autocast: bool = False) -> str:
+    """One log line's worth: which device, which precision (`cpu_autocast`: the stage autocasts on CPU too)."""
+    mode = "bf16 autocast" if precision == "bf16" else "fp32"
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        return f"cuda ({name}), {'bf16 autocast' if precision == 'bf16' else 'fp32'}"
-    return f"cpu, fp32, {torch.get_num_threads()} threads"
+        return f"cuda ({torch.cuda.get_device_name(device)}), {mode}"
+    return f"cpu, {mode if cpu_autocast else 'fp32'}, {torch.get_num_threads()} threads"

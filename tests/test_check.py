@@ -171,3 +171,14 @@ def test_the_stages_device_is_the_cpu_here_and_cuda_is_refused_in_one_line():
     assert not devices.uses_bf16(torch.device("cpu"), "bf16")  # CPU stays fp32
     with pytest.raises(DearError, match="compute.device: cuda requested but torch sees no CUDA device"):
         devices.resolve(Compute(device="cuda", precision="bf16", workers=0))
+
+
+def test_the_log_line_names_the_precision_a_stage_really_runs_on_the_cpu():
+    import torch
+
+    from dear import device as devices
+
+    cpu = torch.device("cpu")
+    assert devices.describe(cpu, "bf16").startswith("cpu, fp32,")  # train, fuse, evaluate: fp32 on CPU
+    assert devices.describe(cpu, "bf16", cpu_autocast=True).startswith("cpu, bf16 autocast,")  # backbone
+    assert devices.describe(cpu, "fp32", cpu_autocast=True).startswith("cpu, fp32,")

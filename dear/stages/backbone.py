@@ -121,7 +121,7 @@ def _make_model(params: Params, arch: str, config: dict,
     torch.manual_seed(params.backbone.seed)
     model = clip.create_model(arch, None).to(device)
     precision = params.backbone.precision if device.type == "cpu" else params.compute.precision
-    log.info("pretraining on %s", devices.describe(device, precision))
+    log.info("pretraining on %s", devices.describe(device, precision, cpu_autocast=True))  # backbone.precision
     history = pretrain(model, clip.tokenizer(arch), params.world, params.backbone, excluded, precision=precision)
     return model, {"trained_here": True, "steps": params.backbone.steps, "batch_size": params.backbone.batch_size,
                    "pairs_seen": params.backbone.steps * params.backbone.batch_size, "precision": precision,
