@@ -6,6 +6,7 @@ engine made them, a tree either engine built is handed to the other without a
 rerun (docs/engines.md), and planning another config leaves the tree alone.
 """
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -120,3 +121,15 @@ def test_before_training_every_method_scores_zero_shot_on_the_embedded_sets(snak
     rows = [line.strip("| ").split(" | ") for line in out.splitlines() if line.startswith("| world_")]
     gaps = {(row[0], row[1]): float(row[4]) for row in rows if row[1] != "zeroshot"}
     assert len(gaps) == 8 and all(abs(gap) <= 1.0 for gap in gaps.values()), out
+
+
+def test_validate_profile_shows_where_each_concept_enters_the_embedding(snakemake_project):
+    """scripts/validate_profile.py --components on the study's tree: a row per layer's heads and MLP, whole tower."""
+    out = run([sys.executable, str(ROOT / "scripts/validate_profile.py"), "--backbone", "backbone", "--world",
+               "world", "--roles", "roles/world_objects/roles.parquet", "--split", "val", "--max-images", "40",
+               "--random-sets", "2", "--components"], snakemake_project).stdout
+    terms = [line.split(" | ")[0].strip("| ") for line in out.split("Each term of the embedding")[1].splitlines()
+             if line.startswith("| ") and not line.startswith("| term") and not line.startswith("| ---")]
+    depth = json.loads((snakemake_project / "backbone/card.json").read_text())["model_config"]["vision_cfg"]["layers"]
+    assert terms == ["embeddings (entering layer 1)"] + [f"L{i} {part}" for i in range(1, depth + 1)
+                                                          for part in ("heads", "MLP")], out
