@@ -83,17 +83,14 @@ def evaluation_ratio(args) -> dict:
     median = interleave({"plain": plain, "evaluate": lambda: evaluation.encode_images(
         adapted, images, transform, args.batch, compute, "bench")}, args.repeats)
     return {"ratio": median["plain"] / median["evaluate"], "images_per_s": args.images / median["evaluate"],
-            "reuse": {name: reuse_ratio(model, tokenizer, method(name, params), params, images, transform, args)
-                      for name in ("zeroshot", "dear_nomask")}}
+            "reuse": {name: reuse_ratio(Adapted(model, tokenizer, method(name, params), params.train.template).eval(),
+                                        params, images, transform, compute, args) for name in ("zeroshot", "dear_nomask")}}
 
 
-def reuse_ratio(model, tokenizer, chosen, params, images, transform, args) -> float:
+def reuse_ratio(adapted, params, images, transform, compute, args) -> float:
     """A later seed's evaluation (frozen blocks kept from the first seed) / the first seed's, same images."""
     from dear import evaluation
-    from dear.model.dear import Adapted
 
-    adapted = Adapted(model, tokenizer, chosen, params.train.template).eval()
-    compute = params.compute.model_copy(update={"workers": 0})
     reuse = evaluation.Reuse("bench", params.evaluate.reuse_mb)
     evaluation.encode_images(adapted, images, transform, args.batch, compute, "bench", reuse)  # the first seed keeps
     median = interleave({"first": lambda: evaluation.encode_images(adapted, images, transform, args.batch, compute,

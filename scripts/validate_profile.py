@@ -50,15 +50,17 @@ def load_images(world: Path, dataset: str, split: str, preprocess, limit: int):
 
 
 @torch.no_grad()
-def decompose_all(model, pixels, layers, batch):
+def decompose_all(model, pixels, layers, batch) -> dict[str, torch.Tensor]:
+    """Every direct term of the last `layers` layers, over all images (`dear.model.decompose`, batch by batch).
+
+    A term's mean-ablation (`e - c + mean(c)`) does not depend on how many layers
+    were decomposed: the per-term constant (μ/T, β/T) cancels.
+    """
     from dear.model.decompose import decompose
 
-    heads, embeddings = [], []
-    for start in range(0, len(pixels), batch):
-        parts = decompose(model, pixels[start:start + batch], layers)
-        heads.append(parts.heads)
-        embeddings.append(parts.embedding)
-    return torch.cat(heads), torch.cat(embeddings)  # [M, Lp, H, E], [M, E]
+    parts = [decompose(model, pixels[start:start + batch], layers) for start in range(0, len(pixels), batch)]
+    names = ("residual", "heads", "mlp", "embedding")  # [M, E], [M, Lp, H, E], [M, Lp, E], [M, E]
+    return {name: torch.cat([getattr(part, name) for part in parts]) for name in names}
 
 
 @torch.no_grad()
@@ -106,7 +108,11 @@ def main() -> None:
     first = int(roles["layer"].min())
     card = json.loads((args.world / "card.json").read_text())
     table, pixels = load_images(args.world, args.dataset, args.split, backbone.preprocess, args.max_images)
-    heads_, embeddings = decompose_all(backbone.model, pixels, layers, 256)
+    from dear.model import internals
+
+    depth = internals.vision_tower(backbone.model).layers
+    terms = decompose_all(backbone.model, pixels, depth if args.components else layers, 256)  # one pass
+    heads_, embeddings = terms["heads"][:, -layers:], terms["embedding"]  # the profiled layers' heads
     means = heads_.mean(0)  # [Lp, H, E]
     tasks = classifiers(backbone.model, backbone.tokenizer, card, table)
     base = accuracies(embeddings, heads_, [], means, tasks)
@@ -142,29 +148,25 @@ def main() -> None:
     report = {"n_images": len(table), "dataset": args.dataset, "split": args.split, "base_accuracy": base,
               "per_head": per_head, "groups": group_rows}
     if args.components:
-        report["components"] = components(backbone.model, pixels, tasks)
+        report["components"] = components(terms, tasks)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     sys.stdout.write(markdown(report, families))
 
 
-@torch.no_grad()
-def components(model, pixels, tasks) -> list[dict]:
-    """Per layer: its heads (summed) and its MLP, mean-ablated and alone; the embedding term entering layer 1."""
-    from dear.model import internals
-    from dear.model.decompose import decompose
+def components(terms: dict[str, torch.Tensor], tasks) -> list[dict]:
+    """Per layer: its heads (summed) and its MLP, mean-ablated and alone; the embedding term entering layer 1.
 
-    depth = internals.vision_tower(model).layers
-    parts = [decompose(model, pixels[i:i + 256], depth) for i in range(0, len(pixels), 256)]
-    term = lambda name: torch.cat([getattr(p, name) for p in parts])  # noqa: E731
-    embedding, heads, mlp = term("embedding"), term("heads"), term("mlp")  # [M, E], [M, L, H, E], [M, L, E]
-    terms = {"embeddings (entering layer 1)": term("residual")}
-    for layer in range(depth):
-        terms[f"L{layer + 1} heads"] = heads[:, layer].sum(1)
-        terms[f"L{layer + 1} MLP"] = mlp[:, layer]
+    terms: `decompose_all` over the whole tower.
+    """
+    embedding, heads, mlp = terms["embedding"], terms["heads"], terms["mlp"]  # [M, E], [M, L, H, E], [M, L, E]
+    parts = {"embeddings (entering layer 1)": terms["residual"]}
+    for layer in range(heads.shape[1]):
+        parts[f"L{layer + 1} heads"] = heads[:, layer].sum(1)
+        parts[f"L{layer + 1} MLP"] = mlp[:, layer]
     mean = embedding.mean(0, keepdim=True)
     rows = []
-    for name, values in terms.items():
+    for name, values in parts.items():
         centred = values - values.mean(0, keepdim=True)  # [M, E]
         rows.append({"term": name, "ablated": zero_shot(embedding - centred, tasks),
                      "alone": zero_shot(mean + centred, tasks)})
