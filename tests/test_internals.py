@@ -53,6 +53,23 @@ def test_per_head_mask_blocks_what_it_says(model):
     assert not torch.allclose(heads_x[:, 1, :16], heads_y[:, 1, :16])
 
 
+def test_per_head_masks_run_on_the_fused_cpu_kernel(model):
+    """torch's fused CPU attention takes 2-D or 4-D masks only: a role mask [H, T, T] must reach it as 4-D
+    (as 3-D it fell back to the math kernel, 2.9x slower at the demo's shapes), with the math kernel's numbers."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    block = internals.vision_tower(model).blocks[0]
+    x = torch.randn(2, 17, 64)
+    mask = torch.zeros(4, 17, 17)
+    mask[0, :, 16] = float("-inf")
+    mask[0, 16, 16] = 0.0
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):  # "No available kernel" if the mask stays 3-D
+        fused = internals._heads(block, x, mask)
+    with sdpa_kernel([SDPBackend.MATH]):
+        math = internals._heads(block, x, mask)
+    torch.testing.assert_close(fused, math, rtol=1e-5, atol=1e-5)
+
+
 def test_unsupported_tower_is_a_clean_error():
     from dear.errors import DearError
 

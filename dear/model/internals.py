@@ -93,7 +93,9 @@ def _heads(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torc
     qkv = F.linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias)  # [B, T, 3D]
     q, k, v = qkv.view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)  # each [B, H, T, d]
     if mask is not None:
-        mask = mask.to(q.dtype)
+        # [H, T, T] -> [1, H, T, T]: the same broadcast, but torch's fused CPU kernel takes only 2-D or 4-D
+        # masks; a 3-D one falls back to the unfused math kernel (2.9x slower at the demo's shapes)
+        mask = (mask.unsqueeze(0) if mask.dim() == 3 else mask).to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T, d]
 
 
