@@ -9,6 +9,7 @@ traceback instead. Commands are defined in pipeline order, which `--help` keeps.
 from __future__ import annotations
 
 import fnmatch
+import gc
 import importlib
 import logging
 import os
@@ -86,7 +87,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         io.record_overrides(parse_overrides(sets or ()))
         stage_problems(loaded, name, str(params))  # every problem of this stage's params, before torch loads
         runs = seed_runs(inputs, outputs, seeds, loaded.data.seeds)
-        stage = importlib.import_module(f"dear.stages.{name}")
+        stage = _import_stage(name)
         from dear.io import check_outputs
 
         for _, _, seed_outputs in runs:  # every seed's outputs, before the first seed's work
@@ -103,6 +104,25 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         raise typer.Exit(code=1)
     finally:
         io.record_overrides({})  # a later command in this process (tests) starts clean
+
+
+def _import_stage(name: str):
+    """`dear.stages.<name>`, imported with the cyclic garbage collector paused.
+
+    The stage's imports (torch, torchvision, open_clip: ~3,000 modules) create
+    millions of objects that live as long as the process. The collector's
+    passes over them during the imports, and in every full collection after,
+    cost a job of the demo ~1.5 s (docs/performance.md); `gc.freeze` keeps
+    them out of later collections. The collection first: garbage left by an
+    earlier command in the same process (tests) is not frozen with them.
+    """
+    gc.collect()
+    gc.disable()
+    try:
+        return importlib.import_module(f"dear.stages.{name}")
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def _print_errors(err: DearError, log: Optional[Path] = None) -> None:

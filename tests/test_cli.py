@@ -28,6 +28,20 @@ def test_help_lists_the_stages_in_pipeline_order():
     assert all(commands.index(name) > commands.index("report") for name in utilities), "utilities come after report"
 
 
+def test_a_stage_import_leaves_the_garbage_collector_on():
+    """Stages are imported with the collector paused (dear.cli._import_stage); it must come back on, error or not."""
+    import gc
+
+    from dear import cli
+
+    assert gc.isenabled()
+    assert cli._import_stage("report").run
+    assert gc.isenabled()
+    with pytest.raises(ModuleNotFoundError):
+        cli._import_stage("no_such_stage")
+    assert gc.isenabled()
+
+
 def test_every_stage_takes_set():
     for name in PIPELINE:
         output = CliRunner().invoke(app, [name, "--help"], terminal_width=200).output
