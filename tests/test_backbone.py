@@ -130,6 +130,18 @@ def test_wrong_architecture_fails_in_one_line(built, tmp_path):
     assert not out.exists()
 
 
+def test_a_second_load_is_a_copy_of_the_first(built):
+    """Every seed of a job loads the backbone: later loads copy the first model, and a changed copy stays its own."""
+    _, _, folder = built
+    first, second = clip.load_backbone(folder), clip.load_backbone(folder)
+    assert first.model is not second.model and first.card == second.card and first.card is not second.card
+    for (name, a), b in zip(first.model.state_dict().items(), second.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    with torch.no_grad():
+        next(first.model.parameters()).add_(1.0)
+    assert torch.equal(next(clip.load_backbone(folder).model.parameters()), next(second.model.parameters()))
+
+
 def test_a_weights_file_is_used_in_place_and_checked_by_every_later_load(built, tmp_path):
     """Real weights are hashed where they lie: the card names the file, no model.pt is written, a changed file is refused."""
     _, _, folder = built

@@ -12,6 +12,7 @@ can cause is a one-line `DearError`.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import logging
@@ -203,11 +204,31 @@ def load_backbone(folder: str | Path) -> Backbone:
         raise DearError(f"{card_path}: not a backbone card ({type(err).__name__}); rerun `dear backbone`") from err
     if arch not in EMBEDDED_ARCHS and "model_config" in card and open_clip.get_model_config(arch) is None:
         _register(arch, card["model_config"])
-    path = weights_file(folder, card)
-    model = _random(arch, bool(card.get("model_config", {}).get("quick_gelu", False)))
-    load_weights(model, path, arch)
-    model.eval()
-    return Backbone(model=model, tokenizer=tokenizer(arch), card=card, preprocess=eval_transform(model))
+    recorded = folder / card.get("weights", {}).get("path", "model.pt")
+    key = (str(card_path.resolve()), _stamp(card_path), str(recorded.resolve()), _stamp(recorded))
+    if key not in _loaded:
+        path = weights_file(folder, card)
+        model = _random(arch, bool(card.get("model_config", {}).get("quick_gelu", False)))
+        load_weights(model, path, arch)
+        model.eval()
+        _loaded.clear()
+        _loaded[key] = Backbone(model=model, tokenizer=tokenizer(arch), card=card, preprocess=eval_transform(model))
+    first = _loaded[key]
+    return dataclasses.replace(first, model=copy.deepcopy(first.model), card=copy.deepcopy(first.card))
+
+
+# The backbone last loaded, by its card's and weights file's identity. `dear <stage>` runs every seed of a job
+# in one process and each seed loads the same backbone: later loads copy the first one's model (~10 ms, not
+# ~0.3 s of building, reading and hashing), and a file changed in between is read (and checked) again.
+_loaded: dict[tuple, Backbone] = {}
+
+
+def _stamp(path: Path) -> tuple | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None  # missing: weights_file names it
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def weights_file(folder: Path, card: dict) -> Path:
