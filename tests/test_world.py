@@ -125,6 +125,24 @@ def test_corpus_skips_excluded_scenes(params):
     assert not {scene.key() for scene in again} & banned
 
 
+def test_scene_keys_and_cached_textures_are_what_they_replace(params):
+    """The corpus's fast paths: a key is `dataclasses.astuple`, a cached texture is the freshly drawn one."""
+    import dataclasses
+
+    from dear.data import world_scene
+
+    scenes, _ = world_data.corpus_scenes(params.world, params.backbone, 3, set())
+    assert all(scene.key() == dataclasses.astuple(scene) for scene in scenes)
+    for texture in world_scene.TEXTURES:
+        cached = world_scene.texture_mask(texture, 32, 8, (3, 5), noise_seed=7)
+        again = world_scene.texture_mask(texture, 32, 8, (3, 5), noise_seed=7)
+        fresh = (np.random.default_rng(7).random((32, 32)) < 0.5 if texture == "noisy"
+                 else world_scene._periodic(texture, 32, 8, (3, 5)))
+        assert np.array_equal(cached, fresh) and np.array_equal(again, fresh)
+        if texture != "noisy":
+            assert again is cached and not cached.flags.writeable  # shared: nobody may draw on it
+
+
 def test_captions_name_attributes_in_fixed_slots(params):
     with_twins = params.backbone.model_copy(update={"twin_fraction": 0.5})
     scenes, captions = world_data.corpus_scenes(params.world, with_twins, 3, set())

@@ -53,7 +53,12 @@ class Scene:
     noise_seed: int
 
     def key(self) -> tuple:
-        return dataclasses.astuple(self)
+        # dataclasses.astuple's result, without its recursive copy (every field is an int, str or tuple of ints):
+        # the corpus checks two keys per scene, ~100 per pretraining step
+        return tuple(getattr(self, name) for name in _SCENE_FIELDS)
+
+
+_SCENE_FIELDS = tuple(field.name for field in dataclasses.fields(Scene))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +103,21 @@ def _background(scene: Scene, canvas: Canvas) -> np.ndarray:
 
 
 def texture_mask(texture: str, size: int, period: int, phase: tuple[int, int], noise_seed: int) -> np.ndarray:
-    """Where the texture's darker ink goes: bool [size, size]."""
+    """Where the texture's darker ink goes: bool [size, size], read-only."""
+    if texture == "noisy":
+        return np.random.default_rng(noise_seed).random((size, size)) < 0.5
+    return _pattern(texture, size, period, phase)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern(texture: str, size: int, period: int, phase: tuple[int, int]) -> np.ndarray:
+    """A periodic texture's mask, drawn once per (texture, phase): the corpus draws ~100k scenes."""
+    mask = _periodic(texture, size, period, phase)
+    mask.flags.writeable = False
+    return mask
+
+
+def _periodic(texture: str, size: int, period: int, phase: tuple[int, int]) -> np.ndarray:
     y, x = np.mgrid[0:size, 0:size]
     x = x + phase[0]
     y = y + phase[1]
@@ -114,8 +133,6 @@ def texture_mask(texture: str, size: int, period: int, phase: tuple[int, int], n
         return ((x // half) + (y // half)) % 2 == 1
     if texture == "grid":
         return ((x % period) < max(1, period // 4)) | ((y % period) < max(1, period // 4))
-    if texture == "noisy":
-        return np.random.default_rng(noise_seed).random((size, size)) < 0.5
     if texture == "wavy":
         return ((y + np.round(half * np.sin(2 * np.pi * x / (2 * period)))) % period) < half
     if texture == "diagonal":
