@@ -70,6 +70,27 @@ def test_per_head_masks_run_on_the_fused_cpu_kernel(model):
     torch.testing.assert_close(fused, math, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("mask_kind", ["none", "causal", "per-head"])
+@pytest.mark.parametrize("per_example", [False, True], ids=["rows", "rows-per-example"])
+def test_a_block_computes_only_the_rows_asked_for(model, mask_kind, per_example):
+    """`rows`: the wanted outputs of the whole block, and the same gradient into its input."""
+    block = internals.vision_tower(model).blocks[-1]
+    x = torch.randn(3, 17, 64, requires_grad=True)
+    mask = {"none": None, "causal": torch.full((17, 17), float("-inf")).triu(1),
+            "per-head": torch.zeros(4, 17, 17).index_fill_(2, torch.tensor([16]), float("-inf"))}[mask_kind]
+    if mask_kind == "per-head":
+        mask[:, 16, 16] = 0.0
+    rows = torch.tensor([[0, 5], [3, 16], [16, 2]]) if per_example else torch.tensor([0, 12, 16])
+    full = internals.block_forward(block, x, mask)
+    wanted = full[torch.arange(3)[:, None], rows] if per_example else full[:, rows]
+    picked = internals.block_forward(block, x, mask, rows=rows)
+    torch.testing.assert_close(picked, wanted, rtol=1e-5, atol=1e-5)
+    weights = torch.randn_like(wanted)
+    (grad_full,) = torch.autograd.grad((wanted * weights).sum(), x)
+    (grad_rows,) = torch.autograd.grad((picked * weights).sum(), x)
+    torch.testing.assert_close(grad_rows, grad_full, rtol=1e-4, atol=1e-5)  # float32 sums in another order
+
+
 def test_unsupported_tower_is_a_clean_error():
     from dear.errors import DearError
 

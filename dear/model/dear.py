@@ -184,16 +184,19 @@ class Adapted(nn.Module):
         K, n_other = self.method.attribute_tokens, x.shape[1]
         start, fade = x, self.fade
         masks = self._layer_masks(n_other, x.device)
-        is_token = torch.arange(n_other + K, device=x.device) >= n_other  # [T]
-        for i, block in enumerate(self.vision.blocks[self.frozen_depth:]):
+        positions = torch.arange(n_other + K, device=x.device)
+        is_token = positions >= n_other  # [T]
+        read = positions[(positions == 0) | is_token]  # [1+K] CLS and the tokens: all the last block must output
+        blocks = self.vision.blocks[self.frozen_depth:]
+        for i, block in enumerate(blocks):
             mask = masks.get(self.start + i) if masks else None
             if K:
                 x = self._with_attribute_tokens(x, i, n_other)  # [B, 1+N+K, D]
                 mask = fade_in(mask, is_token, fade)
-            x = oc.block_forward(block, x, mask)
+            x = oc.block_forward(block, x, mask, rows=read if i == len(blocks) - 1 else None)  # last: [B, 1+K, D]
         features = F.normalize(oc.image_embedding(self.clip, x[:, 0])[:, None], dim=-1)  # [B, 1, E]
         if K:
-            tokens = oc.image_ln_post(self.clip)(x[:, n_other:])  # [B, K, D]
+            tokens = oc.image_ln_post(self.clip)(x[:, x.shape[1] - K:])  # [B, K, D]
             if self.method.pooling == "mean":  # MMRL: one representation feature
                 tokens = tokens.mean(1, keepdim=True)  # [B, 1, D]
             streams = F.normalize(tokens @ self.p_attr, dim=-1)  # [B, S, E]
@@ -229,8 +232,10 @@ class Adapted(nn.Module):
     def frozen_cls(self, prefix: torch.Tensor) -> torch.Tensor:
         """The untouched model's normalized CLS feature [B, E] from the frozen blocks' output [B, 1+N, D]."""
         x = prefix
-        for block in self.vision.blocks[self.frozen_depth:]:
-            x = oc.block_forward(block, x)
+        blocks = self.vision.blocks[self.frozen_depth:]
+        cls = torch.zeros(1, dtype=torch.long, device=x.device)
+        for i, block in enumerate(blocks):
+            x = oc.block_forward(block, x, rows=cls if i == len(blocks) - 1 else None)  # last: [B, 1, D]
         return F.normalize(oc.image_embedding(self.clip, x[:, 0]), dim=-1)
 
     def _layer_masks(self, n_other: int, device: torch.device) -> dict[int, torch.Tensor] | None:
@@ -279,8 +284,8 @@ class Adapted(nn.Module):
         for i, block in enumerate(self.text.blocks):
             if i == self.text_start - 1:
                 hidden = x
-            x = oc.block_forward(block, x, mask)
-        frozen = F.normalize(oc.text_embedding(self.clip, x, pool), dim=-1)
+            x = oc.block_forward(block, x, mask, rows=_pooled_row(pool, i, self.text.blocks))
+        frozen = F.normalize(oc.text_embedding(self.clip, x, torch.zeros_like(pool)), dim=-1)  # x: [C, 1, D]
         if self.context is not None:
             return self._coop_prefix(classnames, frozen)
         return TextPrefix(hidden=hidden, pool=pool, frozen=frozen)
@@ -309,11 +314,13 @@ class Adapted(nn.Module):
         mask = oc.text_causal_mask(self.clip, x.shape[1] + N).to(x.device)
         positions = torch.arange(x.shape[1] + N, device=x.device)
         mask = fade_in(mask, (positions >= 1) & (positions <= N), self.fade)  # layout [SOT, tok_1..N, rest]
-        for i, block in enumerate(self.text.blocks[self.text_start - 1:]):
+        blocks = self.text.blocks[self.text_start - 1:]
+        for i, block in enumerate(blocks):
             tokens = self.text_aligners[i](self.bank[:N]).to(x.dtype).expand(x.shape[0], N, -1)  # [C, N, D]
             rest = x[:, 1:] if i == 0 else x[:, 1 + N:]
-            x = oc.block_forward(block, torch.cat([x[:, :1], tokens, rest], 1), mask)
-        return F.normalize(oc.text_embedding(self.clip, x, prefix.pool + N), dim=-1)
+            x = oc.block_forward(block, torch.cat([x[:, :1], tokens, rest], 1), mask,
+                                 rows=_pooled_row(prefix.pool + N, i, blocks))
+        return F.normalize(oc.text_embedding(self.clip, x, torch.zeros_like(prefix.pool)), dim=-1)  # x: [C, 1, D]
 
     def _coop_forward(self, prefix: TextPrefix) -> torch.Tensor:
         emb, M = prefix.hidden, len(self.context)
@@ -321,9 +328,9 @@ class Adapted(nn.Module):
         context = self.context.to(emb.dtype).expand(C, M, -1)
         x = torch.cat([emb[:, :1], context, emb[:, 1:]], 1) + oc.text_positions(self.clip)[:length]  # [C, T+M, D]
         mask = oc.text_causal_mask(self.clip, length).to(x.device)
-        for block in self.text.blocks:
-            x = oc.block_forward(block, x, mask)
-        return F.normalize(oc.text_embedding(self.clip, x, prefix.pool + M), dim=-1)
+        for i, block in enumerate(self.text.blocks):
+            x = oc.block_forward(block, x, mask, rows=_pooled_row(prefix.pool + M, i, self.text.blocks))
+        return F.normalize(oc.text_embedding(self.clip, x, torch.zeros_like(prefix.pool)), dim=-1)  # x: [C, 1, D]
 
     # --- logits --------------------------------------------------------------------------
 
@@ -342,6 +349,11 @@ class Adapted(nn.Module):
     def fused_logits(stream_logits: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
         """Σ_k α_k s_k: [B, S+1, C] x [S+1] -> [B, C]."""
         return torch.einsum("bkc,k->bc", stream_logits, alpha.to(stream_logits.dtype))
+
+
+def _pooled_row(pool: torch.Tensor, i: int, blocks: list) -> torch.Tensor | None:
+    """In the last text block, only each text's pooled row [C, 1] is read (`oc.block_forward`'s rows)."""
+    return pool[:, None] if i == len(blocks) - 1 else None
 
 
 def _check_start(layer: int, layers: int, key: str) -> int:

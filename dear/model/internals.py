@@ -81,22 +81,26 @@ def _text_module(model: nn.Module) -> nn.Module:
 
 # --- one block -------------------------------------------------------------------
 
-def _heads(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def _heads(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
+           rows: torch.Tensor | None = None) -> torch.Tensor:
     """Per-head attention outputs before the output projection.
 
-    x: [B, T, D]; mask: additive, [T, T] or [H, T, T] (broadcast over B).
-    Returns [B, H, T, d].
+    x: [B, T, D]; mask: additive, [T, T] or [H, T, T] (broadcast over B);
+    rows: the query positions wanted, [R] or per example [B, R] (None: all T).
+    Returns [B, H, T or R, d].
     """
     attn: nn.MultiheadAttention = block.attn
     B, T, D = x.shape
     H = attn.num_heads
     qkv = F.linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias)  # [B, T, 3D]
     q, k, v = qkv.view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)  # each [B, H, T, d]
+    if rows is not None:
+        q, mask = _query_rows(q, mask, rows)  # q [B, H, R, d]; mask [R, T], [H, R, T] or [B, 1 or H, R, T]
     if mask is not None:
         # [H, T, T] -> [1, H, T, T]: the same broadcast, but torch's fused CPU kernel takes only 2-D or 4-D
         # masks; a 3-D one falls back to the unfused math kernel (2.9x slower at the demo's shapes)
         mask = (mask.unsqueeze(0) if mask.dim() == 3 else mask).to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T, d]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T or R, d]
 
 
 def _merge_heads(block: nn.Module, heads: torch.Tensor) -> torch.Tensor:
@@ -118,13 +122,37 @@ def head_outputs(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None = 
     return _heads(block, x, mask)
 
 
-def block_forward(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def block_forward(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None = None,
+                  rows: torch.Tensor | None = None) -> torch.Tensor:
     """One residual block, as open_clip computes it, with an optional per-head mask.
 
     x: [B, T, D]; mask: [T, T] or [H, T, T] additive (0 open, -inf blocked).
+    rows ([R], or [B, R] per example): only these positions' outputs are wanted, as
+    in a tower's last block, whose other outputs nobody reads; queries, output
+    projection and MLP run for them alone (keys and values for all T), the same
+    numbers at a fraction of the work. Returns [B, T, D], or [B, R, D] with rows.
     """
-    x = x + _merge_heads(block, _heads(block, x, mask))
+    x = (x if rows is None else _take_rows(x, rows)) + _merge_heads(block, _heads(block, x, mask, rows))
     return x + _mlp(block, x)
+
+
+def _take_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """x [B, T, ...] at positions rows [R] (every example) or [B, R] (each its own) -> [B, R, ...]."""
+    if rows.dim() == 1:
+        return x[:, rows]
+    return x[torch.arange(x.shape[0], device=x.device)[:, None], rows]
+
+
+def _query_rows(q: torch.Tensor, mask: torch.Tensor | None,
+                rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Queries q [B, H, T, d] and the mask's rows for positions `rows` only."""
+    q = _take_rows(q.transpose(1, 2), rows).transpose(1, 2)  # [B, H, R, d]
+    if mask is None:
+        return q, None
+    if rows.dim() == 1:
+        return q, mask[..., rows, :]  # [R, T] or [H, R, T]
+    picked = mask[..., rows, :]  # [B, R, T] or [H, B, R, T]
+    return q, picked[:, None] if mask.dim() == 2 else picked.transpose(0, 1)  # [B, 1 or H, R, T]
 
 
 @dataclass
