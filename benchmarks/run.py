@@ -12,6 +12,7 @@ Rows (goal in brackets):
 - a later seed's evaluation (the first seed's frozen image blocks kept) / the first seed's [< 1]
 - DeAR step time and memory at 10, 100 and 1000 classes
 - no-op `dvc repro` and `snakemake` on the prepare fan-out (the demo's whole graph: benchmarks/dvc_noop.py) [<= 3 s]
+- a job's overheads: a stage's imports, a later seed's backbone load, the masked attention kernel (benchmarks/job_overhead.py)
 Each timing is the median of interleaved repeats, so machine load hits both sides alike.
 """
 
@@ -35,6 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 import pretrain_step  # noqa: E402
+import job_overhead  # noqa: E402
 import profile_speed  # noqa: E402
 import train_step  # noqa: E402
 from timing import interleave  # noqa: E402
@@ -164,6 +166,7 @@ def main() -> None:
     steps = step_ratios(args)
     grow = scaling(args)
     engines = noop_engines()
+    overhead = job_overhead.measure(args.arch, args.repeats)
     masked, mixed, coop = (steps[name]["median_s"] for name in ("dear", "dear_nomask", "coop"))
     rows = [
         ("backbone pretraining step / default AdamW + attention kernel", f"{pretraining['ratio']:.2f}x "
@@ -180,6 +183,7 @@ def main() -> None:
         ("trainable parameters: DeAR / CoOp", f"{steps['dear']['trainable']:,} / {steps['coop']['trainable']:,}", "-"),
         *[(f"no-op `{name}` (prepare fan-out)", f"{engines[name]:.2f} s, nothing rerun: "
            f"{'yes' if engines[name + '_quiet'] else 'NO'}", "<= 3 s") for name in ("snakemake", "dvc")],
+        *job_overhead.rows(overhead),
     ]
     print(f"Measured {date.today()} on {platform.machine()} {os.cpu_count()} cores, {args.arch}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.step_batch} per step\n")

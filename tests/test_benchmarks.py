@@ -26,3 +26,15 @@ def test_the_evaluation_benchmark_times_a_later_seed_against_the_first():
     result = run.evaluation_ratio(SimpleNamespace(arch="dear-world-tiny", images=4, batch=2, repeats=1))
     assert result["ratio"] > 0 and set(result["reuse"]) == {"zeroshot", "dear_nomask"}
     assert all(ratio > 0 for ratio in result["reuse"].values())
+
+
+def test_the_job_overhead_benchmark_measures_each_pair():
+    bench = _script("job_overhead")
+    result = {"load": bench.backbone_load("dear-world-tiny", repeats=1),
+              "attention": bench.masked_attention("dear-world-tiny", repeats=1, batch=2),
+              "import": {"plain": 2.0, "paused": 1.0}}  # two fresh interpreters: timed by `make bench` only
+    assert all(value > 0 for pair in result.values() for value in pair.values())
+    assert [row[0] for row in bench.rows(result)] == [
+        f"a stage's imports as `dear` makes them / plain ({bench.STAGE}, then a full collection)",
+        "load_backbone for a job's later seed / its first",
+        "role-masked attention / the math kernel (a 3-D mask's fallback)"]
