@@ -193,7 +193,7 @@ class Adapted(nn.Module):
             if K:
                 x = self._with_attribute_tokens(x, i, n_other)  # [B, 1+N+K, D]
                 mask = fade_in(mask, is_token, fade)
-            x = oc.block_forward(block, x, mask, rows=read if i == len(blocks) - 1 else None)  # last: [B, 1+K, D]
+            x = oc.block_forward(block, x, mask, rows=_in_last(read, i, blocks))  # last: [B, 1+K, D]
         features = F.normalize(oc.image_embedding(self.clip, x[:, 0])[:, None], dim=-1)  # [B, 1, E]
         if K:
             tokens = oc.image_ln_post(self.clip)(x[:, x.shape[1] - K:])  # [B, K, D]
@@ -235,7 +235,7 @@ class Adapted(nn.Module):
         blocks = self.vision.blocks[self.frozen_depth:]
         cls = torch.zeros(1, dtype=torch.long, device=x.device)
         for i, block in enumerate(blocks):
-            x = oc.block_forward(block, x, rows=cls if i == len(blocks) - 1 else None)  # last: [B, 1, D]
+            x = oc.block_forward(block, x, rows=_in_last(cls, i, blocks))  # last: [B, 1, D]
         return F.normalize(oc.image_embedding(self.clip, x[:, 0]), dim=-1)
 
     def _layer_masks(self, n_other: int, device: torch.device) -> dict[int, torch.Tensor] | None:
@@ -284,7 +284,7 @@ class Adapted(nn.Module):
         for i, block in enumerate(self.text.blocks):
             if i == self.text_start - 1:
                 hidden = x
-            x = oc.block_forward(block, x, mask, rows=_pooled_row(pool, i, self.text.blocks))
+            x = oc.block_forward(block, x, mask, rows=_in_last(pool[:, None], i, self.text.blocks))
         frozen = F.normalize(oc.text_embedding(self.clip, x, torch.zeros_like(pool)), dim=-1)  # x: [C, 1, D]
         if self.context is not None:
             return self._coop_prefix(classnames, frozen)
@@ -319,7 +319,7 @@ class Adapted(nn.Module):
             tokens = self.text_aligners[i](self.bank[:N]).to(x.dtype).expand(x.shape[0], N, -1)  # [C, N, D]
             rest = x[:, 1:] if i == 0 else x[:, 1 + N:]
             x = oc.block_forward(block, torch.cat([x[:, :1], tokens, rest], 1), mask,
-                                 rows=_pooled_row(prefix.pool + N, i, blocks))
+                                 rows=_in_last((prefix.pool + N)[:, None], i, blocks))
         return F.normalize(oc.text_embedding(self.clip, x, torch.zeros_like(prefix.pool)), dim=-1)  # x: [C, 1, D]
 
     def _coop_forward(self, prefix: TextPrefix) -> torch.Tensor:
@@ -329,7 +329,7 @@ class Adapted(nn.Module):
         x = torch.cat([emb[:, :1], context, emb[:, 1:]], 1) + oc.text_positions(self.clip)[:length]  # [C, T+M, D]
         mask = oc.text_causal_mask(self.clip, length).to(x.device)
         for i, block in enumerate(self.text.blocks):
-            x = oc.block_forward(block, x, mask, rows=_pooled_row(prefix.pool + M, i, self.text.blocks))
+            x = oc.block_forward(block, x, mask, rows=_in_last((prefix.pool + M)[:, None], i, self.text.blocks))
         return F.normalize(oc.text_embedding(self.clip, x, torch.zeros_like(prefix.pool)), dim=-1)  # x: [C, 1, D]
 
     # --- logits --------------------------------------------------------------------------
@@ -351,9 +351,9 @@ class Adapted(nn.Module):
         return torch.einsum("bkc,k->bc", stream_logits, alpha.to(stream_logits.dtype))
 
 
-def _pooled_row(pool: torch.Tensor, i: int, blocks: list) -> torch.Tensor | None:
-    """In the last text block, only each text's pooled row [C, 1] is read (`oc.block_forward`'s rows)."""
-    return pool[:, None] if i == len(blocks) - 1 else None
+def _in_last(rows: torch.Tensor, i: int, blocks: list) -> torch.Tensor | None:
+    """`rows` for block i if it is the tower's last (nothing reads its other outputs: `oc.block_forward`), else all."""
+    return rows if i == len(blocks) - 1 else None
 
 
 def _check_start(layer: int, layers: int, key: str) -> int:
