@@ -204,17 +204,20 @@ def load_backbone(folder: str | Path) -> Backbone:
         raise DearError(f"{card_path}: not a backbone card ({type(err).__name__}); rerun `dear backbone`") from err
     if arch not in EMBEDDED_ARCHS and "model_config" in card and open_clip.get_model_config(arch) is None:
         _register(arch, card["model_config"])
-    recorded = folder / card.get("weights", {}).get("path", "model.pt")
+    recorded = _recorded_weights(folder, card)
     key = (str(card_path.resolve()), _stamp(card_path), str(recorded.resolve()), _stamp(recorded))
     if key not in _loaded:
-        path = weights_file(folder, card)
-        model = _random(arch, bool(card.get("model_config", {}).get("quick_gelu", False)))
-        load_weights(model, path, arch)
-        model.eval()
         _loaded.clear()
-        _loaded[key] = Backbone(model=model, tokenizer=tokenizer(arch), card=card, preprocess=eval_transform(model))
+        _loaded[key] = _load(folder, card, arch)
     first = _loaded[key]
     return dataclasses.replace(first, model=copy.deepcopy(first.model), card=copy.deepcopy(first.card))
+
+
+def _load(folder: Path, card: dict, arch: str) -> Backbone:
+    model = _random(arch, bool(card.get("model_config", {}).get("quick_gelu", False)))
+    load_weights(model, weights_file(folder, card), arch)
+    model.eval()
+    return Backbone(model=model, tokenizer=tokenizer(arch), card=card, preprocess=eval_transform(model))
 
 
 # The backbone last loaded, by its card's and weights file's identity. `dear <stage>` runs every seed of a job
@@ -233,8 +236,7 @@ def _stamp(path: Path) -> tuple | None:
 
 def weights_file(folder: Path, card: dict) -> Path:
     """The weights file a card names (relative to its folder, or absolute), checked against the card's sha256."""
-    recorded = card.get("weights", {}).get("path", "model.pt")
-    path = folder / recorded  # an absolute `recorded` replaces the folder
+    path = _recorded_weights(folder, card)
     if not path.is_file():
         hint = "rerun `dear backbone`" if path.parent == folder else "restore it or rerun `dear backbone`"
         raise DearError(f"{path}: the backbone's weights file is missing ({folder / 'card.json'} names it); {hint}")
@@ -243,6 +245,11 @@ def weights_file(folder: Path, card: dict) -> Path:
         raise DearError(f"{path}: sha256 differs from the one {folder / 'card.json'} recorded ({expected[:12]}...): "
                         "the weights changed since `dear backbone`; restore them or rerun `dear backbone`")
     return path
+
+
+def _recorded_weights(folder: Path, card: dict) -> Path:
+    """The path of the weights a card names (an absolute one replaces the folder); not checked."""
+    return folder / card.get("weights", {}).get("path", "model.pt")
 
 
 def _register(arch: str, config: dict) -> None:
