@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from types import SimpleNamespace
+from typing import Callable, Sequence
 
+from pydantic import BaseModel, ValidationError
+
+from dear import strict_yaml
 from dear.data import coop
 from dear.data import world as world_data
 from dear.errors import DearError, Problems
@@ -31,62 +35,128 @@ from dear.model.concepts import CORE_CONCEPTS
 from dear.model.textbank import load_bank
 from dear.model.textspan import rank_problems
 from dear.model.weights_record import lookup
-from dear.params import Params, read_yaml, validate
+from dear.params import Params, apply_overrides, error_line, unprepared, world_needed
 from dear.probe import arch_config, cuda_devices, torch_cuda_build
 
-def check_file(path: str | Path) -> tuple[Params | None, list[str]]:
-    """(params, every problem) of a params file: validation problems first, then all the checks."""
-    params, found = validate(read_yaml(path), path)
-    if params is None:
-        return None, found
-    return params, problems(params, params_file=str(path))
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of `dear check`: a problem of the values (`config`), of this machine's files or devices
+    (`machine`: a dry run may plan on another machine, so engines show these as warnings there), or a check
+    that did not run because a section it reads is invalid (`waits`)."""
+
+    text: str
+    kind: str  # config | machine | waits
+
+    @property
+    def is_problem(self) -> bool:
+        return self.kind != "waits"
+
+
+def check_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Params | None, list[Finding]]:
+    """(params, every finding) of a params file with `--set` overrides: all independent checks run in one pass.
+
+    What the YAML versions read differently (or a key given twice) is reported and the rest is checked on
+    as PyYAML reads it; only a syntax error stops the check.
+    """
+    try:
+        raw, troubles = strict_yaml.read_all(path)
+        if not isinstance(raw, dict):
+            raise DearError(f"{path}: expected a mapping of sections at the top level")
+        apply_overrides(raw, overrides)
+    except DearError as err:
+        return None, [Finding(line, "config") for line in getattr(err, "lines", [str(err)])]
+    params, found = check_raw(raw, str(path))
+    said = [key for key, _ in troubles]
+    found = [item for item in found if not any(f"'{key}'" in item.text for key in said)]  # said once, not twice
+    return (None if troubles else params), [Finding(line, "config") for _, line in troubles] + found
+
+
+def check_raw(raw: dict, params_file: str) -> tuple[Params | None, list[Finding]]:
+    """Validate every section on its own, then run each check whose sections are valid; name the ones waiting.
+
+    A bad key in one section never hides a problem of another: the sections that validate are checked
+    against each other and the filesystem, and a check that reads a bad section says so instead.
+    """
+    params, found, sections = validate_sections(raw, params_file)
+    for check in CHECKS:
+        waiting = [name for name in check.reads if name not in sections]
+        if waiting:
+            found.append(Finding(f"{check.what}: not checked until {', '.join(waiting)} above "
+                                 f"{'is' if len(waiting) == 1 else 'are'} fixed", "waits"))
+            continue
+        found += [Finding(line, check.kind) for line in check.run(SimpleNamespace(**sections), params_file)]
+    return params, found
+
+
+def validate_sections(raw: dict, params_file: str) -> tuple[Params | None, list[Finding], dict]:
+    """(params or None, one finding per validation problem, {section: its valid value})."""
+    try:
+        params = Params.model_validate(raw)
+        return params, [], {name: getattr(params, name) for name in Params.model_fields}
+    except ValidationError as err:
+        problems = [problem for problem in err.errors() if problem["loc"]]  # rules across sections: CHECKS
+        bad = {problem["loc"][0] for problem in problems}
+        found = [Finding(error_line(problem, Path(params_file)), "config") for problem in problems]
+    sections = {}
+    for name, field in Params.model_fields.items():
+        if name in bad or name not in raw:
+            continue
+        annotation = field.annotation
+        sections[name] = annotation.model_validate(raw[name]) if isinstance(annotation, type) and \
+            issubclass(annotation, BaseModel) else raw[name]
+    return None, found, sections
 
 
 def problems(params: Params, params_file: str = "params.yaml") -> list[str]:
-    """Every problem of valid `params`, one line each (what `dear check` prints)."""
-    return [line for check in ALL for line in check(params, params_file)]
-
-
-def exit_on_problems(config: dict, params_file: str) -> None:
-    """Snakemake's `onstart`: print every problem of the config in use, one `error:` line each, and exit 1."""
-    params, found = validate(config, params_file)
-    found = found or problems(params, params_file)
-    for line in found:
-        print(f"error: {line}", file=sys.stderr)
-    if found:
-        print(f"{params_file}: {len(found)} problem(s); no job was started (`dear check --params FILE` lists them "
-              "again)", file=sys.stderr)
-        raise SystemExit(1)
+    """Every problem of valid `params`, one line each."""
+    return [line for check in CHECKS for line in check.run(params, params_file)]
 
 
 def stage_problems(params: Params, stage: str, params_file: str = "params.yaml") -> None:
     """Raise `Problems` (every line) when the checks that concern `stage` find any."""
-    found = [line for check in STAGES.get(stage, ()) for line in check(params, params_file)]
+    found = [line for check in CHECKS if stage in check.stages for line in check.run(params, params_file)]
     if found:
         raise Problems(found)
 
 
 # --- data ------------------------------------------------------------------------------
 
-def data(params: Params, params_file: str) -> list[str]:
-    """CoOp datasets: root, folders, split files and image folders exist (no image is listed)."""
+def dataset_names(params, params_file: str) -> list[str]:
+    """Every dataset of data.datasets is one this pipeline knows, and (embedded) one `dear world` draws."""
     cfg = params.data
-    unknown = [name for name in cfg.datasets if name not in coop.SPECS]
-    found = [f"data.datasets: unknown dataset {name!r}; known: {', '.join(sorted(coop.SPECS))}" for name in unknown]
-    known = [coop.SPECS[name] for name in cfg.datasets if name in coop.SPECS]
+    found = [f"data.datasets: unknown dataset {name!r}; fix its name (known: {', '.join(sorted(coop.SPECS))}) or "
+             "remove it" for name in cfg.datasets if name not in coop.SPECS]
     if cfg.source == "embedded":
         made = set(world_data.dataset_names(params.world))
-        return found + [f"data.datasets: {spec.folder} is not drawn by `dear world` (world.attribute_sets); "
-                        "add it there or drop it" for spec in known if spec.folder not in made]
+        attribute = {f"world_{name}": name for name in ("colors", "textures", "shapes", "positions")}
+        found += [f"data.datasets: {name} is not drawn by `dear world`; "
+                  + (f"add {attribute[name]} to world.attribute_sets or " if name in attribute else "")
+                  + "remove it from data.datasets" for name in cfg.datasets if name in coop.SPECS and name not in made]
+    return found
+
+
+def datasets_used(params, params_file: str) -> list[str]:
+    """Every dataset the study or the profile uses is one `prepare` makes (listed in data.datasets)."""
+    return unprepared(params.data, params.study, params.profile)
+
+
+def data_folders(params, params_file: str) -> list[str]:
+    """CoOp datasets on this machine: root, folders, split files and image folders exist (no image is listed)."""
+    cfg = params.data
+    if cfg.source == "embedded":
+        return []
     root = Path(cfg.root)
     if not root.is_dir():
-        return found + [f"data.root: {root} not found; set it to the folder holding your CoOp-layout datasets "
-                        f"(in {params_file})"]
-    for spec in known:
+        return [f"data.root: {root} not found (in {params_file}); set data.root to the folder holding your "
+                "CoOp-layout datasets, or use data.source: embedded for the packaged emoji world"]
+    found = []
+    for spec in (coop.SPECS[name] for name in cfg.datasets if name in coop.SPECS):
         needed = [spec.dataset_dir(root), spec.dataset_dir(root) / spec.split_file, spec.image_root(root)]
         missing = next((path for path in needed if not path.exists()), None)
         if missing is not None:
-            found.append(f"{missing}: not found (data.datasets: {spec.folder}); {spec.howto}")
+            found.append(f"{missing}: not found (data.datasets: {spec.folder}); {spec.howto}, or remove "
+                         f"{spec.folder} from data.datasets and the study")
     return found
 
 
@@ -118,14 +188,14 @@ def _world_split_size(world, dataset: str, split: str) -> int | None:
 
 # --- world, model, weights, device ---------------------------------------------------
 
-def world(params: Params, params_file: str) -> list[str]:
-    """The world can be drawn (what `dear world` checks, but the ~1 s emoji count)."""
-    if params.data.source != "embedded" and params.model.pretrained != "embedded" and not params.backbone.sanity.enabled:
+def world(params, params_file: str) -> list[str]:
+    """The world can be drawn, when some job reads it (what `dear world` checks, but the ~1 s emoji count)."""
+    if not world_needed(params):
         return []
     return [line.replace("params.yaml", params_file, 1) for line in world_data.problems(params.world, count_emoji=False)]
 
 
-def model(params: Params, params_file: str) -> list[str]:
+def model(params, params_file: str) -> list[str]:
     """The architecture exists; the embedded backbone's image size matches the world's."""
     cfg = params.model
     config = arch_config(cfg.arch)
@@ -135,19 +205,20 @@ def model(params: Params, params_file: str) -> list[str]:
     size = config.get("vision_cfg", {}).get("image_size")
     if cfg.pretrained == "embedded" and size != params.world.image_size:
         return [f"model.arch: {cfg.arch} takes {size} px images but world.image_size is {params.world.image_size}; "
-                "make them equal"]
+                f"set world.image_size to {size}, or choose a model.arch that takes {params.world.image_size} px"]
     return []
 
 
-def weights_file(params: Params, params_file: str) -> list[str]:
+def weights_file(params, params_file: str) -> list[str]:
     """A weights file given as model.pretrained exists."""
     pretrained = params.model.pretrained
     if pretrained == "embedded" or not _is_weights_path(pretrained) or Path(pretrained).is_file():
         return []
-    return [f"model.pretrained: weights file {pretrained} not found; pass an existing file"]
+    return [f"model.pretrained: weights file {pretrained} not found; point model.pretrained to an existing file, "
+            "or use an open_clip tag (openai, ...) or embedded"]
 
 
-def weights_fetched(params: Params, params_file: str) -> list[str]:
+def weights_fetched(params, params_file: str) -> list[str]:
     """An open_clip tag's weights were fetched (`dear fetch-weights`, or a stage that found them, records them).
 
     Only `dear check` asks: the backbone stage looks in the cache itself.
@@ -159,7 +230,8 @@ def weights_fetched(params: Params, params_file: str) -> list[str]:
         return []
     where = cfg.cache_dir or "open_clip's default cache"
     return [f"model.pretrained: open_clip weights {cfg.pretrained!r} for {cfg.arch} are not fetched into {where}; "
-            f"run `dear fetch-weights --params {params_file}` where there is network (e.g. a login node)"]
+            f"run `dear fetch-weights --params {params_file}` where there is network (e.g. a login node), or set "
+            "model.cache_dir to a cache that holds them"]
 
 
 def arch_name(arch: str) -> str:
@@ -172,29 +244,30 @@ def _is_weights_path(pretrained: str) -> bool:
     return Path(pretrained).exists() or "/" in pretrained or pretrained.endswith((".pt", ".pth", ".bin", ".safetensors"))
 
 
-def device(params: Params, params_file: str) -> list[str]:
+def device(params, params_file: str) -> list[str]:
     """compute.device: cuda needs a CUDA build of torch and a visible device (asked of the driver, not torch)."""
     if params.compute.device != "cuda":
         return []
     build = torch_cuda_build()
     if build is None:
         return ["compute.device: cuda, but the installed torch is a CPU-only build; install a CUDA build "
-                "(docs/install.md) or use auto/cpu"]
+                "(docs/install.md), or set compute.device to auto or cpu"]
     if not cuda_devices():
         return [f"compute.device: cuda, but no CUDA device is visible here (torch built for CUDA {build}; "
                 f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
-                "run on a GPU node or use auto/cpu"]
+                "run on a GPU node, or set compute.device to auto or cpu"]
     return []
 
 
 # --- profile, train -------------------------------------------------------------------
 
-def profile(params: Params, params_file: str) -> list[str]:
+def profile(params, params_file: str) -> list[str]:
     """Roles thresholds, the text bank, profiled layers, and SVD rank vs images, picks and embedding width."""
     cfg = params.profile
     found = []
     if not cfg.roles.low < cfg.roles.high:
-        found.append(f"profile.roles: low ({cfg.roles.low}) must be below high ({cfg.roles.high})")
+        found.append(f"profile.roles: low ({cfg.roles.low}) must be below high ({cfg.roles.high}); lower "
+                     "profile.roles.low or raise profile.roles.high")
     if cfg.roles.mode == "quantile" and cfg.roles.high > 1.0:
         found.append(f"profile.roles.high: {cfg.roles.high} is not a quantile; use 0..1 or mode: absolute")
     missing = [c for c in CORE_CONCEPTS if c not in cfg.concepts.allowed]
@@ -217,16 +290,18 @@ def profile(params: Params, params_file: str) -> list[str]:
                                  images_from)
 
 
-def train(params: Params, params_file: str) -> list[str]:
+def train(params, params_file: str) -> list[str]:
     """Prompt templates hold one {} each; attribute tokens have concepts; token layers exist."""
-    found = [f"train.{key}: prompt template {template!r} must hold exactly one {{}} for the class name"
+    found = [f"train.{key}: prompt template {template!r} must hold exactly one {{}} for the class name; write it "
+             "with one {}"
              for key, template in [("template", params.train.template),
                                    *((f"dataset_templates.{k}", v) for k, v in params.train.dataset_templates.items())]
              if template.count("{}") != 1]
     dear = params.dear
     if dear.attribute_tokens > len(dear.concepts) or len(set(dear.concepts)) != len(dear.concepts):
         found.append(f"dear.attribute_tokens ({dear.attribute_tokens}) needs as many distinct dear.concepts "
-                     f"(got {dear.concepts}); list one concept per token")
+                     f"(got {dear.concepts}); list one concept per token in dear.concepts, or lower "
+                     "dear.attribute_tokens")
     config = arch_config(params.model.arch) or {}
     for key, start, tower in (("start_layer", dear.start_layer, "vision_cfg"),
                               ("text_start_layer", dear.text_start_layer, "text_cfg")):
@@ -237,13 +312,29 @@ def train(params: Params, params_file: str) -> list[str]:
     return found
 
 
-Check = Callable[[Params, str], list[str]]
-ALL: tuple[Check, ...] = (data, world, model, weights_file, weights_fetched, device, profile, train)
-STAGES: dict[str, tuple[Check, ...]] = {
-    "world": (world,),
-    "backbone": (world, model, weights_file, device),
-    "profile": (profile, device),
-    "train": (train, device),
-    "fuse": (device,),
-    "evaluate": (device,),
-}
+@dataclass(frozen=True)
+class Check:
+    """One independent check: the sections it reads (it waits while one is invalid) and the stages that run it."""
+
+    run: Callable[[Params, str], list[str]]
+    reads: tuple[str, ...]
+    what: str  # what it checks, for the line saying it waits
+    kind: str = "config"  # config | machine (this machine's files and devices)
+    stages: tuple[str, ...] = ()
+
+
+CHECKS: tuple[Check, ...] = (
+    Check(dataset_names, ("data", "world"), "data.datasets against the known datasets"),
+    Check(datasets_used, ("data", "study", "profile"), "the datasets the study and the profile use"),
+    Check(data_folders, ("data",), "the data folders", "machine"),
+    Check(world, ("data", "model", "backbone", "world"), "the world", stages=("world", "backbone")),
+    Check(model, ("model", "world"), "model.arch", stages=("backbone",)),
+    Check(weights_file, ("model",), "model.pretrained", "machine", stages=("backbone",)),
+    Check(weights_fetched, ("model",), "the weights in the cache", "machine"),
+    Check(device, ("compute",), "compute.device", "machine",
+          stages=("backbone", "profile", "train", "fuse", "evaluate")),
+    Check(profile, ("profile", "model", "data", "world"), "the profile's roles, bank, layers and SVD rank",
+          stages=("profile",)),
+    Check(train, ("train", "dear", "model"), "prompt templates and token layers", stages=("train",)),
+)
+

@@ -404,17 +404,17 @@ def _file_lists(args: list[str], flags: dict[str, str]) -> dict[str, list[Path]]
 # --- utilities, after the stages in --help -----------------------------------------
 
 @app.command()
-def check(params: Path = ParamsOption) -> None:
-    """List every problem of a params file (values, data folders, weights, device, SVD rank...) before any job runs."""
-    try:
-        _, found = check_file(params)
-    except DearError as err:
-        _print_errors(err)
-        raise typer.Exit(code=1)
-    if found:
-        for line in found:
-            typer.echo(f"error: {line}", err=True)
-        typer.echo(f"{params}: {len(found)} problem(s)", err=True)
+def check(params: Path = ParamsOption, overrides: Optional[List[str]] = SetOption) -> None:
+    """List every problem of a params file (values, data folders, weights, device, SVD rank...) before any job runs.
+
+    Every independent check runs; one that reads a section with a problem says it waits on it.
+    """
+    _, found = check_file(params, overrides or ())
+    for finding in found:
+        typer.echo(f"{'error' if finding.is_problem else 'note'}: {finding.text}", err=True)
+    problems = sum(finding.is_problem for finding in found)
+    if problems:
+        typer.echo(f"{params}: {problems} problem(s)", err=True)
         raise typer.Exit(code=1)
     typer.echo(f"{params}: no problems found")
 

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, Sequence
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dear import strict_yaml
 from dear.errors import DearError
 
 DEFAULT_PATH = "params.yaml"
@@ -266,17 +267,34 @@ class Fusion(Section):
 # --- evaluate and the study's protocols -------------------------------------------
 
 class Transfer(Section):
+    @model_validator(mode="before")
+    @classmethod
+    def _source_given(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and "source" in raw and raw["source"] is None:
+            raise ValueError("study.transfer.source is null; to switch the transfer protocols off, write "
+                             "study.transfer: null or study.transfer.enabled: false")
+        return raw
+
+    enabled: bool = Field(True, description="false: no transfer job runs (the keys stay for later; "
+                                            "study.transfer: null does the same)")
     source: str = Field(description="dataset trained on all its classes (the paper: imagenet)")
     cross_dataset: list[str] = Field(description="other datasets it is tested on, all their classes (unseen)")
     domain_generalization: list[str] = Field(description="domain-shifted copies of the source's classes")
 
 
 class Study(Section):
-    """What the pipeline runs: methods x seeds x the paper's three protocols (SPEC §8)."""
+    """What the pipeline runs: methods x seeds x the paper's three protocols (SPEC §8); each protocol can be off."""
 
     methods: list[Literal["zeroshot", "coop", "mmrl", "dear_nomask", "dear"]] = Field(description="methods run side by side")
-    base_to_novel: list[str] = Field(description="datasets trained on base classes, tested on base and novel")
-    transfer: Transfer = Field(description="one all-class model per method and seed, tested across datasets and domains")
+    base_to_novel: list[str] = Field(description="datasets trained on base classes, tested on base and novel "
+                                                 "([]: no base-to-novel job)")
+    transfer: Transfer | None = Field(description="one all-class model per method and seed, tested across datasets "
+                                                  "and domains (null: no transfer job)")
+
+    @property
+    def transfer_on(self) -> Transfer | None:
+        """The transfer protocols when they run, else None."""
+        return self.transfer if self.transfer is not None and self.transfer.enabled else None
 
 
 class Evaluate(Section):
@@ -366,12 +384,9 @@ class Params(Section):
     @model_validator(mode="after")
     def _datasets_are_prepared(self) -> "Params":
         """Every dataset the study or the profile uses must be one that `prepare` makes."""
-        transfer = self.study.transfer
-        used = [*self.study.base_to_novel, transfer.source, *transfer.cross_dataset, *transfer.domain_generalization,
-                self.profile.dataset]
-        missing = sorted(set(used) - set(self.data.datasets))
+        missing = unprepared(self.data, self.study, self.profile)
         if missing:
-            raise ValueError(f"datasets {missing} are used by study/profile but not listed in data.datasets; add them")
+            raise ValueError(missing[0])
         return self
 
     output_root: str = Field(
@@ -392,19 +407,35 @@ class Params(Section):
     report: Report
 
 
+def unprepared(data: Data, study: Study, profile: Profile) -> list[str]:
+    """One line per dataset a key of the study or the profile names but data.datasets does not list."""
+    transfer = study.transfer_on
+    users = [*(("study.base_to_novel", name) for name in study.base_to_novel), ("profile.dataset", profile.dataset)]
+    if transfer is not None:
+        users += [("study.transfer.source", transfer.source),
+                  *(("study.transfer.cross_dataset", name) for name in transfer.cross_dataset),
+                  *(("study.transfer.domain_generalization", name) for name in transfer.domain_generalization)]
+    keys: dict[str, list[str]] = {}
+    for key, name in users:
+        if name not in data.datasets and key not in keys.setdefault(name, []):
+            keys[name].append(key)
+    return [f"{' and '.join(named)} {'use' if len(named) > 1 else 'uses'} {name}, which data.datasets does not "
+            f"list; add {name} to data.datasets, or remove it from {' and '.join(named)}"
+            for name, named in keys.items()]
+
+
+def world_needed(params: Any) -> bool:
+    """Whether some job reads the embedded world: its images, or its corpus to train the backbone on, or the
+    backbone's sanity check on it. A study of real data and real weights draws no world."""
+    return params.data.source == "embedded" or params.model.pretrained == "embedded" or \
+        params.backbone.sanity.enabled
+
+
 # --- loading -------------------------------------------------------------------
 
 def read_yaml(path: str | Path) -> dict:
-    """Read `params.yaml` the way Snakemake's config loader does (PyYAML, YAML 1.1)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DearError(f"{path}: parameters file not found; pass --params PATH or run from the project root")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise DearError(f"{path}: not valid YAML{where}; fix the syntax")
+    """Read a params file with the one strict reader (`dear.strict_yaml`): what it accepts, every engine reads alike."""
+    raw = strict_yaml.read(path)
     if not isinstance(raw, dict):
         raise DearError(f"{path}: expected a mapping of sections at the top level")
     return raw
@@ -425,16 +456,8 @@ def load_params(path: str | Path = DEFAULT_PATH, overrides: Sequence[str] = ()) 
         raise DearError(_one_line(err, _source(Path(path), overrides, err))) from None
 
 
-def validate(raw: dict, path: str | Path) -> tuple[Params | None, list[str]]:
-    """(params, []) for a valid mapping, else (None, one line per validation problem) - for `dear check`."""
-    try:
-        return Params.model_validate(raw), []
-    except ValidationError as err:
-        return None, [_error_line(problem, Path(path)) for problem in err.errors()]
-
-
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
-    """{dotted key: value} of `KEY=VALUE` strings; VALUE is YAML 1.1, like the params file (1e-3 stays text)."""
+    """{dotted key: value} of `KEY=VALUE` strings; VALUE is read like the params file (`dear.strict_yaml`)."""
     return dict(_parse_override(item) for item in overrides)
 
 
@@ -443,10 +466,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
         raise DearError(f"--set {item}: expected KEY=VALUE with a dotted key, e.g. --set data.shots=4")
-    try:
-        return key, yaml.safe_load(value)
-    except yaml.YAMLError:
-        raise DearError(f"--set {item}: the value is not valid YAML; quote it or fix the syntax") from None
+    return key, strict_yaml.parse(value, f"--set {item}", lines=False)
 
 
 def apply_overrides(raw: dict, overrides: Sequence[str]) -> None:
@@ -481,10 +501,11 @@ def _source(path: Path, overrides: Sequence[str], err: ValidationError) -> str:
 
 def _one_line(err: ValidationError, path: Path | str) -> str:
     """The first validation problem, as: file, dotted key, what was expected."""
-    return _error_line(err.errors()[0], path)
+    return error_line(err.errors()[0], path)
 
 
-def _error_line(problem: dict, path: Path) -> str:
+def error_line(problem: dict, path: Path) -> str:
+    """One validation problem as a line: file, dotted key, what was expected, what to do."""
     key = ".".join(str(part) for part in problem["loc"])
     expected = _expected_type(problem["loc"])
     kind = problem["type"]
@@ -498,7 +519,7 @@ def _error_line(problem: dict, path: Path) -> str:
     given = problem.get("input")
     hint = ""
     if isinstance(given, str) and _looks_numeric(given):
-        hint = " (YAML 1.1 reads exponents without a dot as text: write 1.0e-3, not 1e-3)"
+        hint = " (quoted in the file, so it is text: remove the quotes)"
     shown = f"{type(given).__name__} {given!r}" if not isinstance(given, (dict, list)) else type(given).__name__
     return f"{path}: key '{key}' must be {expected} ({problem['msg'].lower()}), got {shown}{hint}"
 

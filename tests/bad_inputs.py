@@ -177,6 +177,30 @@ PARAMS = [
 ]
 
 
+def params_text_case(id: str, stage: str, given: str, edit: Callable[[str], str], expect: list[str]) -> Case:
+    """A params file edited as text: what YAML itself reads differently (dear.strict_yaml)."""
+    def setup(inputs: Inputs, here: Path, patch) -> None:
+        (here / "params.yaml").write_text(edit(yaml.safe_dump(yaml.safe_load(inputs.params.read_text()),
+                                                              sort_keys=False)))
+    return Case(id, stage, given, expect, lambda i: with_params(stage_args(stage, i, "out")), setup=setup)
+
+
+YAML = [
+    params_text_case("duplicate-key", "prepare", "data: shots given twice",
+                     lambda text: text.replace("  shots: ", "  shots: 4\n  shots: ", 1),
+                     ["key 'data.shots' is given twice", "keep one"]),
+    params_text_case("yes-boolean", "prepare", "data.skip_bad: yes", lambda text: text.replace("skip_bad: false",
+                                                                                          "skip_bad: yes", 1),
+                     ["key 'data.skip_bad'", "boolean in YAML 1.1", "write true"]),
+    params_text_case("exponent-text", "train", "train.recipes.mmrl.lr: 1e-3 (no dot)",
+                     lambda text: text.replace("lr: 0.001", "lr: 1e-3", 1),
+                     ["1e-3 is text in YAML 1.1", "write 0.001"]),
+    params_text_case("yaml-syntax", "prepare", "data: a line indented one space too little",
+                     lambda text: text.replace("\n  shots:", "\n shots:", 1),
+                     ["not valid YAML", "line", "column", "fix the syntax"]),
+]
+
+
 def _one_step_lr(value: float) -> Callable[[dict], None]:
     def change(raw: dict) -> None:
         raw["train"]["recipes"]["mmrl"].update(lr=value, epochs=1, warmup_epochs=0, batch_size=64)
@@ -437,7 +461,7 @@ LOADING = [
                                            pretrained=str(here / "weights.pt")))) and None),
 ]
 
-CASES = PARAMS + NUMBERS + FILESYSTEM + IMAGES + DATA + LOADING
+CASES = PARAMS + YAML + NUMBERS + FILESYSTEM + IMAGES + DATA + LOADING
 
 
 # --- running one ------------------------------------------------------------------------------

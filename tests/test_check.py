@@ -37,7 +37,7 @@ def errors(result) -> list[str]:
 def test_the_demo_and_paper_configs_are_consistent(tmp_path):
     """The paper config's only problems are the ones a user must fix: where the data is, and fetching weights."""
     assert check_file(ROOT / "params.yaml")[1] == []
-    found = check_file(ROOT / "configs/paper-vitb16.yaml")[1]
+    found = [finding.text for finding in check_file(ROOT / "configs/paper-vitb16.yaml")[1]]
     assert len(found) == 2
     assert found[0].startswith("data.root: /path/to/coop-datasets not found")
     assert "weights 'openai' for ViT-B-16 are not fetched" in found[1] and "dear fetch-weights --params" in found[1]
@@ -64,7 +64,7 @@ def test_dataset_folders_and_the_profiled_split_size_are_checked(tmp_path):
     make_fake_dataset(tmp_path / "data", "oxford_pets", n_classes=4, per_class=3)
     params = edit(write_params(tmp_path / "params.yaml", root=tmp_path / "data", datasets=["oxford_pets", "dtd"]),
                   data={"source": "coop"}, profile={"svd_rank": 12, "texts_per_head": 5, "split": "train"})
-    found = check_file(params)[1]
+    found = [finding.text for finding in check_file(params)[1]]
     assert len(found) == 2, found
     assert found[0].startswith(f"{tmp_path / 'data' / 'dtd'}: not found (data.datasets: dtd)")
     assert "rank 12 needs at least 13 images (mean-centring removes one direction); got 12 images (oxford_pets train)" in found[1]
@@ -74,15 +74,66 @@ def test_dataset_folders_and_the_profiled_split_size_are_checked(tmp_path):
 def test_all_validation_problems_are_listed(tmp_path):
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["compute"]["device"] = "gpu"
-    raw["backbone"]["lr"] = "1e-3"
+    raw["backbone"]["lr"] = "1.0e-3"  # text: quoted in the file
     del raw["profile"]["svd_rank"]
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     result = CliRunner().invoke(app, ["check", "--params", str(tmp_path / "params.yaml")])
     assert result.exit_code == 1
     lines = errors(result)
     assert len(lines) == 3, lines
-    assert any("compute.device" in line for line in lines) and any("write 1.0e-3" in line for line in lines)
+    assert any("compute.device" in line for line in lines) and any("'backbone.lr' must be float" in line for line in lines)
     assert any("missing key 'profile.svd_rank'" in line for line in lines)
+
+
+def test_three_independent_mistakes_come_out_of_one_check_with_every_way_out(tmp_path):
+    """A key given twice, a bad value in one section and a dataset the study uses but does not prepare: one pass."""
+    params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
+                  report={"decimals": 9}, study={"base_to_novel": ["world_objects", "world_objects_b"]})
+    text = params.read_text().replace("  shots: ", "  shots: 4\n  shots: ", 1)
+    params.write_text(text)
+    result = CliRunner().invoke(app, ["check", "--params", str(params)])
+    assert result.exit_code == 1
+    lines = errors(result)
+    assert len(lines) == 3 and "3 problem(s)" in result.stderr, result.stderr
+    assert lines[0].endswith("key 'data.shots' is given twice (also on line "
+                             f"{text.splitlines().index('  shots: 4') + 1}); DVC refuses such a file and PyYAML "
+                             "keeps the last, so keep one of them")
+    assert "key 'report.decimals' must be int (input should be less than or equal to 6), got int 9" in lines[1]
+    assert lines[2] == ("error: study.base_to_novel uses world_objects_b, which data.datasets does not list; add "
+                        "world_objects_b to data.datasets, or remove it from study.base_to_novel")
+
+
+def test_a_check_that_reads_a_bad_section_says_what_it_waits_on(tmp_path):
+    params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
+                  profile={"svd_rank": "eighty"}, compute={"device": "gpu"})
+    result = CliRunner().invoke(app, ["check", "--params", str(params)])
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    assert len(errors(result)) == 2 and "2 problem(s)" in result.stderr
+    assert notes == ["note: the datasets the study and the profile use: not checked until profile above is fixed",
+                     "note: compute.device: not checked until compute above is fixed",
+                     "note: the profile's roles, bank, layers and SVD rank: not checked until profile above is fixed"]
+
+
+def test_check_takes_set_like_the_stages(tmp_path):
+    params = write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"])
+    good = CliRunner().invoke(app, ["check", "--params", str(params)])
+    assert good.exit_code == 0, good.stderr
+    bad = CliRunner().invoke(app, ["check", "--params", str(params), "--set", "profile.svd_rank=5000",
+                                   "--set", "data.shots=yes"])
+    assert bad.exit_code == 1
+    lines = errors(bad)
+    assert lines[0].startswith("error: --set data.shots=yes: yes is a boolean in YAML 1.1") and len(lines) == 1
+    fixed = CliRunner().invoke(app, ["check", "--params", str(params), "--set", "profile.svd_rank=5000"])
+    assert any("profile.svd_rank: rank 5000" in line for line in errors(fixed))
+
+
+def test_the_pick_count_is_checked_against_the_rank_the_images_allow(tmp_path):
+    """svd_rank too high for the images and texts_per_head above the highest possible rank: both at once."""
+    params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
+                  profile={"max_images": 10, "svd_rank": 30, "texts_per_head": 20})
+    found = [finding.text for finding in check_file(params)[1]]
+    assert [line.split(":")[0] for line in found] == ["profile.svd_rank", "profile.texts_per_head"], found
+    assert "allow at most 9; lower profile.texts_per_head to 9" in found[1]
 
 
 def test_a_fetched_tag_passes_once_recorded(tmp_path):
@@ -91,7 +142,7 @@ def test_a_fetched_tag_passes_once_recorded(tmp_path):
     params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
                   model={"arch": "ViT-B-16", "pretrained": "openai", "cache_dir": str(tmp_path / "cache")},
                   backbone={"sanity": {"enabled": False, "max_images_per_set": None}})
-    found = check_file(params)[1]
+    found = [finding.text for finding in check_file(params)[1]]
     assert len(found) == 1 and "not fetched into" in found[0] and f"--params {params}" in found[0]
     (tmp_path / "cache").mkdir()
     (tmp_path / "weights.bin").write_bytes(b"weights")
@@ -124,7 +175,7 @@ def test_check_imports_neither_torch_nor_open_clip():
 def test_cuda_is_reported_missing_without_a_driver(tmp_path):
     params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
                   compute={"device": "cuda"})
-    found = check_file(params)[1]
+    found = [finding.text for finding in check_file(params)[1]]
     assert len(found) == 1 and found[0].startswith("compute.device: cuda, but")
     assert check_file(edit(params, compute={"device": "auto"}))[1] == []
 

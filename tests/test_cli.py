@@ -77,10 +77,12 @@ def test_set_changes_the_run_and_is_recorded_in_the_provenance(fake, tmp_path):
 @pytest.mark.parametrize("item, expected", [
     ("data.shots=many", "(--set data.shots=many): key 'data.shots' must be int"),
     ("data.shotz=1", "(--set data.shotz=1): unknown key 'data.shotz'; remove it or fix its spelling"),
-    ("train.lambda_fus=1e-3", "write 1.0e-3, not 1e-3"),
+    ("train.lambda_fus=1e-3", "--set train.lambda_fus=1e-3: 1e-3 is text in YAML 1.1 (dear, Snakemake) but the "
+                              "number 0.001 in YAML 1.2 (DVC); write 0.001"),
+    ("data.skip_bad=yes", "--set data.skip_bad=yes: yes is a boolean in YAML 1.1"),
     ("data.seeds.first=1", "--set data.seeds.first=1: 'data.seeds' is a value, not a section"),
     ("data.shots", "--set data.shots: expected KEY=VALUE"),
-    ("data.shots=[1", "--set data.shots=[1: the value is not valid YAML"),
+    ("data.shots=[1", "--set data.shots=[1, column 3: not valid YAML: expected ',' or ']'"),
 ])
 def test_bad_set_is_one_line_like_a_bad_params_file_and_writes_nothing(fake, tmp_path, item, expected):
     result = prepare(fake, tmp_path / "out", item)

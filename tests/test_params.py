@@ -90,10 +90,17 @@ def test_bad_params_fail_with_one_line_naming_key_file_and_type(tmp_path, edit, 
     assert "\n" not in message
 
 
-def test_exponent_without_dot_gets_a_hint(tmp_path):
+def test_exponent_without_dot_is_refused_with_what_to_write(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text(PARAMS.read_text().replace("shots: 16", "shots: 1e3"))
-    with pytest.raises(DearError, match="write 1.0e-3"):
+    with pytest.raises(DearError, match=r"line \d+: key 'data.shots': 1e3 is text in YAML 1.1 .* write 1000.0"):
+        load_params(path)
+
+
+def test_a_quoted_exponent_still_gets_a_hint(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text(PARAMS.read_text().replace("lr: 1.0e-3", "lr: '1e-3'", 1))
+    with pytest.raises(DearError, match="got str '1e-3' \\(quoted in the file, so it is text: remove the quotes\\)"):
         load_params(path)
 
 

@@ -61,9 +61,14 @@ def rank_problems(rank: int, picks: int, n_images: int, dim: int | None, n_texts
                      "profile.svd_rank")
     if dim is not None and rank > dim:
         found.append(f"profile.svd_rank: rank {rank} exceeds the embedding dim {dim}; lower profile.svd_rank")
+    possible = min(rank, n_images - 1, dim if dim is not None else rank)  # the rank any fix of the above allows
     if picks > rank:
         found.append(f"profile.texts_per_head: {picks} picks need svd_rank >= {picks}, got svd_rank {rank}; "
                      "lower profile.texts_per_head")
+    elif picks > possible:  # said now, not after svd_rank is lowered to fit
+        found.append(f"profile.texts_per_head: {picks} picks need svd_rank >= {picks}, but {images_from} and the "
+                     f"embedding allow at most {possible}; lower profile.texts_per_head to {possible}, or profile "
+                     "more images (profile.max_images)")
     if n_texts is not None and picks > n_texts:
         found.append(f"profile.texts_per_head: {picks} picks need a bank of >= {picks} texts, got {n_texts}; "
                      "lower profile.texts_per_head or add texts")
