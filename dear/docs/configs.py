@@ -107,13 +107,13 @@ def _transfer(recipe) -> str:
 def study(root: Path, name: str = DEMO) -> str:
     """One sentence: what the pipeline runs with this config file."""
     params = load_params(root / name)
-    s, transfer = params.study, params.study.transfer
+    s, transfer = params.study, params.study.transfer_on
     parts = [f"{len(s.methods)} methods ({', '.join(s.methods)}) × {len(params.data.seeds)} seeds "
              f"({', '.join(map(str, params.data.seeds))}), {params.data.shots} shots per class: "
-             f"base-to-novel on {', '.join(s.base_to_novel)}"]
-    if transfer.cross_dataset:
+             + (f"base-to-novel on {', '.join(s.base_to_novel)}" if s.base_to_novel else "no base-to-novel")]
+    if transfer is not None and transfer.cross_dataset:
         parts.append(f"cross-dataset from {transfer.source} to {', '.join(transfer.cross_dataset)}")
-    if transfer.domain_generalization:
+    if transfer is not None and transfer.domain_generalization:
         parts.append(f"domain generalization from {transfer.source} to {', '.join(transfer.domain_generalization)}")
     model = f"`{params.model.arch}` (weights: `{params.model.pretrained}`)"
     return f"`{name}` adapts {model} with " + "; ".join(parts) + "."
@@ -152,12 +152,12 @@ def _world_row(name: str, classes: int, what: str, split: tuple, drawn: bool, pa
 
 
 def _role(name: str, params: Params) -> str:
-    transfer = params.study.transfer
+    transfer = params.study.transfer_on
     roles = [label for label, used in (
         ("base-to-novel", name in params.study.base_to_novel),
-        ("transfer source", name == transfer.source),
-        ("cross-dataset target", name in transfer.cross_dataset),
-        ("domain-generalization target", name in transfer.domain_generalization),
+        ("transfer source", transfer is not None and name == transfer.source),
+        ("cross-dataset target", transfer is not None and name in transfer.cross_dataset),
+        ("domain-generalization target", transfer is not None and name in transfer.domain_generalization),
         ("profiled (head roles)", name == params.profile.dataset),
     ) if used]
     return ", ".join(roles) or "—"

@@ -131,8 +131,8 @@ def _targets(params: Params, inputs: Inputs) -> list[Target]:
                        seen=subset == "base") for subset in ("base", "novel")]
     own = evaluation.image_set(source, source, "test", "all", where)
     targets = []
-    transfer = params.study.transfer
-    if transfer.source == name:
+    transfer = params.study.transfer_on
+    if transfer is not None and transfer.source == name:
         for protocol, names, seen in (("cross_dataset", transfer.cross_dataset, False),
                                       ("domain_generalization", transfer.domain_generalization, False)):
             if not names and (protocol != "cross_dataset" or transfer.domain_generalization):
@@ -143,8 +143,8 @@ def _targets(params: Params, inputs: Inputs) -> list[Target]:
                 images = evaluation.image_set(manifest, manifest, "test", "all", inputs.data / target / "manifest.parquet")
                 targets.append(Target(protocol, target, "all", images, seen))
     if not targets:
-        raise DearError(f"--source {inputs.source}: {name} is not study.transfer.source; "
-                        "use --classes base, or set study.transfer.source")
+        raise DearError(f"--source {inputs.source}: {name} is not study.transfer.source (or the transfer protocols "
+                        "are off); use --classes base, or set study.transfer.source")
     return targets
 
 
