@@ -40,4 +40,4 @@ bench: $(STAMP)
 
 # the demo's outputs (data/, runs/ and transfer/ keep their .gitignore: dvc.yaml needs the folders)
 clean:
-	rm -rf .snakemake world backbone roles report logs checkpoints dvc_plots .dvc/tmp .dvc/cache data/* runs/* transfer/*
+	rm -rf .snakemake .dear world backbone roles report logs checkpoints dvc_plots .dvc/tmp .dvc/cache data/* runs/* transfer/*

@@ -2,11 +2,11 @@
 # Run: snakemake --cores 2   (or --profile workflow/profiles/slurm on a cluster)
 # Another config: snakemake --configfile configs/paper-vitb16.yaml   (it replaces params.yaml,
 # it is not merged into it; --config KEY=VALUE overrides either). Its outputs go under its output_root.
-from snakemake.utils import validate
+# Before it plans, it reads the config as `dear check` does and stops on a problem (a dry run too);
+# a job whose outputs were made otherwise than the config says reruns, named in one line (docs/engines.md).
 
 if not workflow.overwrite_configfiles:
     configfile: "params.yaml"
-validate(config, "workflow/schemas/params.schema.yaml")
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/world.smk"
@@ -23,12 +23,12 @@ rule all:
 
 # Before the first job (one handler: a second `onstart:` would replace this one), not in dry runs,
 # and Slurm jobs (run with --no-hooks) never repeat it: nothing this config writes may land outside
-# its output root, and every problem of the config in use (data folders, weights, device, SVD
-# rank...) at once.
+# its output root, and this machine has what the config needs (data folders, weights, device).
 onstart:
     slurm_logs_stay_under_the_root()
-    from dear.check import exit_on_problems
-    exit_on_problems(config, CONFIG)
+    if MACHINE:
+        from dear.plan import stop
+        stop([f"error: {line}" for line in MACHINE], CONFIG, "no job was started")
 
 
 # A failed run ends with the jobs that failed for good and the logs to read.

@@ -22,7 +22,7 @@ import typer
 from dear.check import check_file, stage_problems
 from dear.errors import DearError
 from dear.model.methods import METHODS
-from dear.params import DEFAULT_PATH, load_params, parse_overrides
+from dear.params import DEFAULT_PATH, load_params, parse_overrides, read_yaml
 
 app = typer.Typer(
     name="dear",
@@ -86,6 +86,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         loaded = load_params(params, sets or ())
         io.record_overrides(parse_overrides(sets or ()))
         stage_problems(loaded, name, str(params))  # every problem of this stage's params, before torch loads
+        io.record_job(job_record(name, loaded, inputs))
         runs = seed_runs(inputs, outputs, seeds, loaded.data.seeds)
         stage = _import_stage(name)
         from dear.io import check_outputs
@@ -104,6 +105,20 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         raise typer.Exit(code=1)
     finally:
         io.record_overrides({})  # a later command in this process (tests) starts clean
+        io.record_job({})
+
+
+def job_record(stage: str, params, inputs: dict) -> dict:
+    """What every output of this run records about its job: the stage, its arguments, the values it reads
+    (resolved, key by key: dear.keys) and the sha256 of its code (dear.jobs)."""
+    from dear import jobs, keys
+
+    args = {"train": lambda: dict(method=inputs["method"] or params.train.method, dataset=inputs["dataset"],
+                                  classes=inputs["classes"]),
+            "prepare": lambda: dict(dataset=inputs["dataset"]),
+            "fuse": lambda: dict(classes=inputs["classes"]),
+            "evaluate": lambda: dict(classes=inputs["classes"])}.get(stage, dict)()
+    return {"stage": stage, "args": args, "reads": keys.reads(params, stage, **args), "code": jobs.code_sha256(stage)}
 
 
 def _import_stage(name: str):
@@ -397,6 +412,8 @@ def _file_lists(args: list[str], flags: dict[str, str]) -> dict[str, list[Path]]
                 continue
         if current is None:
             raise DearError(f"unexpected argument {token!r}; put files after {', '.join(flags)}")
+        if any(char in value for char in "*?[") and not Path(value).exists():
+            continue  # a shell glob that matched nothing: no file of that kind (a protocol that is off)
         lists[current].append(Path(value))
     return lists
 
@@ -417,6 +434,30 @@ def check(params: Path = ParamsOption, overrides: Optional[List[str]] = SetOptio
         typer.echo(f"{params}: {problems} problem(s)", err=True)
         raise typer.Exit(code=1)
     typer.echo(f"{params}: no problems found")
+
+
+@app.command()
+def plan(
+    params: Path = ParamsOption,
+    jobs: Path = typer.Option(Path(".dear/jobs"), "--jobs", help="folder of the jobs' values files (dvc.yaml's)"),
+) -> None:
+    """DVC's first stage: check the config as `dear check` does, write each job's values file, mark outputs made
+    otherwise than the config says as changed (docs/engines.md).
+
+    A problem stops `dvc repro` here, before any job; each out-of-date job is named with the keys that differ.
+    """
+    from dear import plan as planning
+
+    try:
+        loaded, lines, machine = planning.config_problems([str(params)], read_yaml(params), str(params))
+    except DearError as err:
+        _print_errors(err)
+        raise typer.Exit(code=1)
+    lines += [f"error: {line}" for line in machine]
+    if any(line.startswith("error: ") for line in lines):
+        planning.stop(lines, str(params), "no job was started")
+    for line in planning.run(loaded, str(params), jobs):
+        typer.echo(line, err=True)
 
 
 @app.command("fetch-weights")

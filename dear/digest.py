@@ -74,3 +74,13 @@ def digested_folder(path: Path, is_file: bool, placeholder: str) -> Path | None:
     templated = [index for index, part in enumerate(parts) if placeholder in part]
     folder = Path(*parts[:templated[0]]) if templated else (Path(path).parent if is_file else Path(path))
     return None if str(folder) in ("", ".") else folder
+
+
+def mark_changed(folder: Path) -> None:
+    """Rewrite `folder`'s digests as out of date (`dear plan`, for outputs made otherwise than the config says).
+
+    DVC then sees the output folder changed and reruns the stage that makes it, and every stage that
+    reads one of its digests; the stage's command writes true digests again. No digest: nothing to mark.
+    """
+    for path in sorted((Path(folder) / FOLDER).glob("*.yaml")):
+        _write(path, "out of date: made otherwise than the config says (dear plan)", {"sha256": "out of date"})

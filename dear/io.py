@@ -35,6 +35,7 @@ from dear.errors import DearError
 
 PROVENANCE_KEY = b"dear.provenance"
 _OVERRIDES: dict[str, Any] = {}  # this process's `--set KEY=VALUE` (dear.cli records them): in every provenance
+_JOB: dict[str, Any] = {}  # the job this process runs: stage, args, the values it reads, its code (dear.cli)
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -114,6 +115,7 @@ def remove_leftovers(folder: Path, pattern: str) -> None:
 # --- whole-folder outputs ------------------------------------------------------
 
 KEPT = (".gitignore",)  # what others put in an output folder (DVC's .gitignore) and a rerun keeps
+ENGINE_MARKS = (".snakemake_timestamp",)  # what an engine puts there and a rerun drops (Snakemake's directory() mark)
 DIGESTS = ".digest"  # written into an output folder by the command after its stage (dear/digest.py); a rerun rewrites it
 
 
@@ -219,7 +221,7 @@ def check_output_folder(folder: Path, owns: Iterable[str]) -> None:
         raise DearError(f"{folder}: exists and is not a folder; remove it or choose another output folder")
     _check_parent_writable(folder)
     if folder.is_dir():
-        owns = (*owns, *KEPT, DIGESTS, ".*.tmp")  # .*.tmp: a killed atomic write of an earlier version
+        owns = (*owns, *KEPT, *ENGINE_MARKS, DIGESTS, ".*.tmp")  # .*.tmp: a killed atomic write of an earlier version
         foreign = sorted(entry.name for entry in os.scandir(folder)
                          if not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in owns))
         if foreign:
@@ -410,26 +412,39 @@ def record_overrides(overrides: dict[str, Any]) -> None:
     _OVERRIDES.update(overrides)
 
 
+def record_job(job: dict[str, Any]) -> None:
+    """Remember the job this process runs ({stage, args, reads, code}; {}: none): every output records it,
+    and the engines compare it with what the config in use would make (dear.stale)."""
+    _JOB.clear()
+    _JOB.update(job)
+
+
 def provenance(params: Any, inputs: dict[str, str | os.PathLike] | None = None, seed: int | None = None) -> dict:
     """What made an output: params hash, hashes of input files, versions, seed (and `--set` overrides, if any).
 
     `params` is a pydantic section (or a dict of them); inputs that are
     folders are recorded by path only (hashing a dataset is `data.verify`'s job).
+    Run by a `dear` command, it also records the job: the resolved values it
+    read key by key (`dear.keys`), its arguments and the sha256 of its code.
     """
     params_dict = _as_dict(params)
-    hashes = {}
+    hashes, paths = {}, {}
     for name, path in (inputs or {}).items():
         path = Path(path)
         hashes[name] = sha256_file(path) if path.is_file() else f"dir:{path}"
+        paths[name] = str(path)
     record = {
         "params": params_dict,
         "params_sha256": sha256_json(params_dict),
         "inputs_sha256": hashes,
+        "inputs": paths,
         "versions": versions(),
         "seed": seed,
     }
     if _OVERRIDES:
         record["overrides"] = dict(_OVERRIDES)
+    if _JOB:
+        record["job"] = dict(_JOB)
     return record
 
 

@@ -74,7 +74,9 @@ def dvc_graph(project: Path, dvcfile: str = "dvc.yaml") -> dict[str, Step]:
     """{command: Step} for every (matrix-expanded) stage of `dvcfile`, paths relative to the project.
 
     A digest read as a params file (X/.digest/folder.yaml, X/.digest/NAME.yaml) stands
-    for what it digests (X, X/NAME: dear/digest.py); the config's own sections are left out.
+    for what it digests (X, X/NAME: dear/digest.py); the config's own sections and the jobs'
+    values files (.dear/jobs/) are left out, and so is the `check` stage (`dear plan`), which
+    Snakemake does while it plans (docs/engines.md).
     """
     from dvc.repo import Repo
 
@@ -82,6 +84,8 @@ def dvc_graph(project: Path, dvcfile: str = "dvc.yaml") -> dict[str, Step]:
     with Repo(str(project)) as repo:
         for stage in repo.index.stages:
             if Path(stage.dvcfile.path).resolve() != (project / dvcfile).resolve():
+                continue
+            if stage.cmd.startswith("dear plan "):  # DVC's check stage: Snakemake does it while it plans
                 continue
             wdir = Path(os.path.relpath(stage.wdir, project))
             deps = {_digested(os.path.normpath(wdir / dep.def_path)) for dep in stage.deps}

@@ -63,7 +63,8 @@ def test_another_config_runs_under_its_own_root_with_its_own_values_in_both_engi
     run([sys.executable, "workflow/scripts/dvc_study.py", PAPER], project)
     assert_same_graph(paper, dvc_graph(project, f"{root}/dvc.yaml"))
     planned = run([str(BIN / "dvc"), "repro", "--dry", f"{root}/dvc.yaml"], project).stdout
-    assert planned.count("Running stage") == len(paper)
+    assert planned.count("Running stage") == len(paper) + 1  # and its check stage
+    assert not any(command.startswith("dear world ") for command in paper), "real data and weights draw no world"
 
 
 def test_merged_configs_are_written_for_the_jobs_to_read(project):
@@ -89,7 +90,7 @@ def test_dvc_plans_every_stage_on_a_fresh_clone(tmp_path, project):
                     [*git, "commit", "-qm", "pipeline"]):
         run(command, origin)
     run(["git", "clone", "-q", str(origin), str(tmp_path / "clone")], tmp_path)
-    stages = len(dvc_graph(project))
+    stages = len(dvc_graph(project)) + 1  # and the check stage (dear plan)
     for command in (["repro", "--dry"], ["exp", "run", "--dry"]):
         result = subprocess.run([str(BIN / "dvc"), *command], cwd=tmp_path / "clone", env=engine_env(),
                                 capture_output=True, text=True, timeout=300)

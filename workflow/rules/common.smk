@@ -1,14 +1,21 @@
-# Shared helpers for the rules: the config in use, where its outputs go, the fan-out lists,
-# and the code each stage runs.
+# Shared helpers for the rules: the config in use (read and checked as `dear check` does), where its
+# outputs go, the fan-out lists, the code each stage runs, and which jobs rerun because their outputs
+# were made otherwise than this config says (dear.stale).
 import os
+import sys
 from pathlib import Path
 
-import yaml
 from snakemake.exceptions import WorkflowError
+
+from dear import jobs as dear_jobs
+from dear import plan as dear_plan
+from dear import stale as dear_stale
+from dear import strict_yaml
+from dear.params import Params, world_needed
 
 # Every path a rule writes is under the config's output_root ('.' for the demo): R is the prefix
 # shell commands put before each path ("" or "<root>/"), rooted() the same for input/output lists.
-ROOT = os.path.normpath(config["output_root"])
+ROOT = os.path.normpath(str(config.get("output_root", ".")))
 R = "" if ROOT == "." else ROOT + "/"
 
 
@@ -17,21 +24,28 @@ def rooted(path):
     return R + path
 
 
-def params_file():
-    """The file every `dear --params` reads: exactly the config this run plans with.
+def config_files():
+    """The config files this run read: params.yaml, or each --configfile as given."""
+    return [os.path.relpath(path) if Path(path).resolve().is_relative_to(Path.cwd()) else str(path)
+            for path in workflow.overwrite_configfiles] or ["params.yaml"]
 
-    params.yaml, or the one --configfile as given; with several, or with --config
-    overrides, the merged config written under the output root (rewritten only when
-    it changes, so a Slurm job re-reading this Snakefile never races a running job).
-    """
-    given = [os.path.relpath(path) if Path(path).resolve().is_relative_to(Path.cwd()) else str(path)
-             for path in workflow.overwrite_configfiles]
-    if not workflow.config_settings.config and len(given) <= 1:
-        return given[0] if given else "params.yaml"
-    merged = rooted("logs/snakemake-config.yaml")
+
+def params_file_name():
+    """The file every `dear --params` reads: params.yaml, or the one --configfile as given; with several, or
+    with --config overrides, the merged config under the output root (`params_file` writes it)."""
+    given = config_files()
+    return given[0] if not workflow.config_settings.config and len(given) <= 1 else rooted("logs/snakemake-config.yaml")
+
+
+def params_file():
+    """`params_file_name()`, the merged config written first when there is one (rewritten only when it
+    changes, so a Slurm job re-reading this Snakefile never races a running job)."""
+    merged = params_file_name()
+    if merged in config_files():
+        return merged
     text = ("# The config of this Snakemake run: its --configfile files merged, then --config on top.\n"
             "# Written by the Snakefile; every job of the run reads it (dear --params).\n"
-            + yaml.safe_dump(dict(config), sort_keys=False))
+            + strict_yaml.dump(dict(config)))
     if not os.path.exists(merged) or Path(merged).read_text() != text:
         os.makedirs(os.path.dirname(merged), exist_ok=True)
         Path(merged + ".tmp").write_text(text)
@@ -39,42 +53,42 @@ def params_file():
     return merged
 
 
+# The config in use, checked before anything is planned (Slurm jobs re-reading this file skip it):
+# a problem of the values stops here, dry run or not; this machine's problems (MACHINE) are warnings
+# in a dry run and stop a real run in `onstart`.
+MACHINE = []
+if workflow.is_main_process:
+    PARAMS, _stop, MACHINE = dear_plan.config_problems(config_files(), dict(config), params_file_name())
+    if _stop:
+        dear_plan.stop(_stop, params_file_name(), "nothing was planned")
+else:
+    PARAMS = Params.model_validate(dict(config))
 CONFIG = params_file()
-if config["data"]["source"] == "embedded" and os.path.normpath(config["data"]["root"]) != rooted("world"):
-    raise WorkflowError(f"{CONFIG}: data.root is {config['data']['root']!r}, but this config's embedded world is "
-                        f"drawn into {rooted('world')!r} (output_root/world); set data.root: {rooted('world')}")
+if PARAMS.data.source == "embedded" and os.path.normpath(PARAMS.data.root) != rooted("world"):
+    dear_plan.stop([f"error: {CONFIG}: data.root is {PARAMS.data.root!r}, but this config's embedded world is drawn "
+                    f"into {rooted('world')!r} (output_root/world); set data.root: {rooted('world')}"], CONFIG,
+                   "nothing was planned")
 
-STUDY = config["study"]
-SEEDS = config["data"]["seeds"]
-METHODS = STUDY["methods"]
-B2N = STUDY["base_to_novel"]
-SOURCE = STUDY["transfer"]["source"]
-TARGETS = STUDY["transfer"]["cross_dataset"] + STUDY["transfer"]["domain_generalization"]
-PROFILED = config["profile"]["dataset"]
+STUDY = PARAMS.study
+SEEDS = PARAMS.data.seeds
+METHODS = list(STUDY.methods)
+B2N = list(STUDY.base_to_novel)
+TRANSFER = STUDY.transfer_on  # None: the transfer protocols are off (no transfer job)
+SOURCE = TRANSFER.source if TRANSFER else None
+TARGETS = [*TRANSFER.cross_dataset, *TRANSFER.domain_generalization] if TRANSFER else []
+PROFILED = PARAMS.profile.dataset
 ROLES = rooted(f"roles/{PROFILED}/roles.parquet")
 BACKBONE = rooted("backbone")  # card.json, and model.pt when trained here (real weights are used where they lie)
 WORLD = rooted("world/card.json")
+READS_WORLD = [WORLD] if world_needed(PARAMS) else []  # the world is drawn only when some job reads it
 
 wildcard_constraints:
     seed=r"\d+",
     method="|".join(METHODS),
 
-# Shared package modules every stage imports (params, atomic IO, CLI).
-CORE = ["dear/cli.py", "dear/params.py", "dear/io.py", "dear/errors.py", "dear/progress.py"]
-# What every stage that runs a CLIP imports besides its own module.
-MODEL = [*CORE, "dear/model", "dear/data/manifest.py", "dear/resources"]
-
-
-def code(*paths):
-    """The package files a stage runs: folders expand to their files.
-
-    dvc.yaml lists the same folders as directory deps; a test checks both agree.
-    """
-    files = []
-    for path in paths:
-        p = Path(path)
-        files += sorted(str(f) for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts) if p.is_dir() else [path]
-    return files
+def code(stage):
+    """The package files `stage` runs (dear.jobs.CODE, folders expanded); dvc.yaml lists the same (a test checks)."""
+    return [f"dear/{name}" for name in dear_jobs.code_files(stage)]
 
 
 def seeds_of(pattern):
@@ -82,9 +96,33 @@ def seeds_of(pattern):
     return expand(pattern, seed=SEEDS, allow_missing=True)
 
 
-def section(*names):
-    """Parameter sections a rule depends on: a change reruns it (Snakemake's params trigger)."""
-    return lambda wildcards: {name: config[name] for name in names}
+JOBS = {job.name: job for job in dear_jobs.jobs(PARAMS)}
+_HASHES, _SEEN, _FORCED = {}, set(), set()
+
+
+def provenance_checked(rule):
+    """An input function adding no input: while Snakemake plans, it compares the outputs of this job with
+    what this config would make (dear.stale) and, when they differ, prints one line naming the keys and
+    forces the job, without making it a target. `-n` shows it too; this machine's problems are shown once."""
+    def check(wildcards):
+        if not workflow.is_main_process or workflow.dag is None:
+            return []
+        if not _SEEN and workflow.dryrun:
+            dear_plan.warn(MACHINE, CONFIG)
+        items = [wildcards[key] for key in ("method", "dataset") if key in wildcards.keys()]
+        name = rule + (f"@{'-'.join(items)}" if items else "")
+        if name not in _SEEN:
+            _SEEN.add(name)
+            job = JOBS.get(name)
+            why = job and dear_stale.out_of_date(PARAMS, job, _HASHES)
+            if why:
+                print(f"out of date: {why}", file=sys.stderr)
+                _FORCED.add(name)
+        if name in _FORCED:
+            job = JOBS[name]
+            workflow.dag.forcefiles.update([job.folder, *(file for _, file in job.records)])
+        return []
+    return check
 
 
 def slurm_logs_stay_under_the_root():

@@ -1,21 +1,19 @@
 # fuse and evaluate every trained model, one job per method x dataset (every seed):
 # runs/ (base-to-novel) and transfer/ (all classes).
-EVAL_CODE = code(*MODEL, "dear/evaluation.py", "dear/results.py", "dear/train")
 
 
 rule fuse:
     """Refit the fusion weights on each seed's validation shots (network frozen)."""
     input:
-        code=code(*EVAL_CODE, "dear/stages/fuse.py"),
+        code=code("fuse"),
         model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
         backbone=BACKBONE,
         fewshot=seeds_of(rooted("data/{dataset}/fewshot-seed{seed}.parquet")),
         roles=ROLES,
-        world=WORLD,
+        world=READS_WORLD,
+        stale=provenance_checked("fuse"),
     output:
         seeds_of(rooted("runs/{method}/{dataset}/fuse/seed{seed}/fusion.json")),
-    params:
-        section=section("fusion", "evaluate"),
     log:
         rooted("logs/fuse/{method}/{dataset}.log"),
     shell:
@@ -25,42 +23,41 @@ rule fuse:
         " --log {log}"
 
 
-rule fuse_transfer:
-    """Refit the fusion weights of each all-class model on the source's validation shots."""
-    input:
-        code=code(*EVAL_CODE, "dear/stages/fuse.py"),
-        model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
-        backbone=BACKBONE,
-        fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
-        roles=ROLES,
-        world=WORLD,
-    output:
-        seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
-    params:
-        section=section("fusion", "evaluate"),
-    log:
-        rooted("logs/fuse_transfer/{method}.log"),
-    shell:
-        "dear fuse --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt"
-        " --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --classes all --backbone {R}backbone"
-        " --roles {input.roles} --out {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --log {log}"
+if TRANSFER:  # the transfer protocols are on
+    rule fuse_transfer:
+        """Refit the fusion weights of each all-class model on the source's validation shots."""
+        input:
+            code=code("fuse"),
+            model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
+            backbone=BACKBONE,
+            fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
+            roles=ROLES,
+            world=READS_WORLD,
+            stale=provenance_checked("fuse_transfer"),
+        output:
+            seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
+        log:
+            rooted("logs/fuse_transfer/{method}.log"),
+        shell:
+            "dear fuse --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt"
+            " --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --classes all --backbone {R}backbone"
+            " --roles {input.roles} --out {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --log {log}"
 
 
 rule evaluate:
     """Base-to-novel: per-class counts on the base and novel test classes, every seed."""
     input:
-        code=code(*EVAL_CODE, "dear/stages/evaluate.py"),
+        code=code("evaluate"),
         model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
         fusion=seeds_of(rooted("runs/{method}/{dataset}/fuse/seed{seed}/fusion.json")),
         backbone=BACKBONE,
         manifest=rooted("data/{dataset}/manifest.parquet"),
         roles=ROLES,
-        world=WORLD,
+        world=READS_WORLD,
+        stale=provenance_checked("evaluate"),
     output:
         table=seeds_of(rooted("runs/{method}/{dataset}/eval/seed{seed}/eval.parquet")),
         metrics=seeds_of(rooted("runs/{method}/{dataset}/eval/seed{seed}/metrics.json")),
-    params:
-        section=section("fusion", "evaluate", "study"),
     log:
         rooted("logs/evaluate/{method}/{dataset}.log"),
     shell:
@@ -70,25 +67,25 @@ rule evaluate:
         " --out {R}runs/{wildcards.method}/{wildcards.dataset}/eval/seed{{seed}} --log {log}"
 
 
-rule evaluate_transfer:
-    """Cross-dataset and domain generalization: per-class counts on the source and every target, every seed."""
-    input:
-        code=code(*EVAL_CODE, "dear/stages/evaluate.py"),
-        model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
-        fusion=seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
-        backbone=BACKBONE,
-        manifests=expand(rooted("data/{dataset}/manifest.parquet"), dataset=[SOURCE, *TARGETS]),
-        roles=ROLES,
-        world=WORLD,
-    output:
-        table=seeds_of(rooted("transfer/{method}/eval/seed{seed}/eval.parquet")),
-        metrics=seeds_of(rooted("transfer/{method}/eval/seed{seed}/metrics.json")),
-    params:
-        section=section("fusion", "evaluate", "study"),
-    log:
-        rooted("logs/evaluate_transfer/{method}.log"),
-    shell:
-        "dear evaluate --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt"
-        " --fusion {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --source {R}data/{SOURCE}"
-        " --classes all --data {R}data --backbone {R}backbone --roles {input.roles}"
-        " --out {R}transfer/{wildcards.method}/eval/seed{{seed}} --log {log}"
+if TRANSFER:  # the transfer protocols are on
+    rule evaluate_transfer:
+        """Cross-dataset and domain generalization: per-class counts on the source and every target, every seed."""
+        input:
+            code=code("evaluate"),
+            model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
+            fusion=seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
+            backbone=BACKBONE,
+            manifests=expand(rooted("data/{dataset}/manifest.parquet"), dataset=[SOURCE, *TARGETS]),
+            roles=ROLES,
+            world=READS_WORLD,
+            stale=provenance_checked("evaluate_transfer"),
+        output:
+            table=seeds_of(rooted("transfer/{method}/eval/seed{seed}/eval.parquet")),
+            metrics=seeds_of(rooted("transfer/{method}/eval/seed{seed}/metrics.json")),
+        log:
+            rooted("logs/evaluate_transfer/{method}.log"),
+        shell:
+            "dear evaluate --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt"
+            " --fusion {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --source {R}data/{SOURCE}"
+            " --classes all --data {R}data --backbone {R}backbone --roles {input.roles}"
+            " --out {R}transfer/{wildcards.method}/eval/seed{{seed}} --log {log}"

@@ -1,14 +1,13 @@
 rule prepare:
     """Index one dataset in CoOp's layout: manifest and a few-shot table per seed."""
     input:
-        code=code(*CORE, "dear/stages/prepare.py", "dear/data"),
-        world=WORLD,
+        code=code("prepare"),
+        world=READS_WORLD,
+        stale=provenance_checked("prepare"),
     output:
         manifest=rooted("data/{dataset}/manifest.parquet"),
         excluded=rooted("data/{dataset}/excluded.parquet"),
         fewshot=expand(rooted("data/{{dataset}}/fewshot-seed{seed}.parquet"), seed=SEEDS),
-    params:
-        section=section("data"),
     log:
         rooted("logs/prepare/{dataset}.log"),
     shell:

@@ -1,10 +1,11 @@
 rule profile:
     """Decompose the image encoder per head, name each head's concepts, assign roles."""
     input:
-        code=code(*MODEL, "dear/stages/profile.py", "dear/report", "dear/data"),
+        code=code("profile"),
         backbone=BACKBONE,
         manifest=rooted(f"data/{PROFILED}/manifest.parquet"),
-        world=WORLD,
+        world=READS_WORLD,
+        stale=provenance_checked("profile"),
     output:
         roles=ROLES,
         concepts=rooted(f"roles/{PROFILED}/head_concepts.parquet"),
@@ -13,7 +14,6 @@ rule profile:
         summary=rooted(f"roles/{PROFILED}/roles.md"),
         ablation=rooted(f"roles/{PROFILED}/ablation.parquet"),
     params:
-        section=section("profile", "world", "data"),
         out=rooted(f"roles/{PROFILED}"),
     log:
         rooted("logs/profile.log"),

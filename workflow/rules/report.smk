@@ -1,14 +1,17 @@
-# The shell line globs the run folders exactly as dvc.yaml's command does, so
-# both engines run the same command; `input:` names every file for the DAG.
+# The shell line globs the run folders exactly as dvc.yaml's command does, so both engines run the
+# same command (a glob that matches nothing, a protocol that is off, is dropped by `dear report`);
+# `input:` names every file for the DAG.
 rule report:
     """The paper's tables per protocol, pictures and DVC metrics, from every eval table."""
     input:
-        code=code(*CORE, "dear/stages/report.py", "dear/report", "dear/results.py", "dear/model/ablation.py"),
+        code=code("report"),
         evals=expand(rooted("runs/{method}/{dataset}/eval/seed{seed}/eval.parquet"), method=METHODS, dataset=B2N, seed=SEEDS),
-        transfer=expand(rooted("transfer/{method}/eval/seed{seed}/eval.parquet"), method=METHODS, seed=SEEDS),
+        transfer=expand(rooted("transfer/{method}/eval/seed{seed}/eval.parquet"), method=METHODS if TRANSFER else [],
+                        seed=SEEDS),
         logs=expand(rooted("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet"), method=METHODS, dataset=B2N, seed=SEEDS),
         heatmap=rooted(f"roles/{PROFILED}/heatmap.png"),
         ablation=rooted(f"roles/{PROFILED}/ablation.parquet"),
+        stale=provenance_checked("report"),
     output:
         rooted("report/results.md"),
         rooted("report/results.csv"),
@@ -22,8 +25,6 @@ rule report:
         rooted("report/plots/transfer.csv"),
         rooted("report/plots/loss.csv"),
         directory(rooted("report/roles")),
-    params:
-        section=section("report", "data"),
     log:
         rooted("logs/report.log"),
     shell:

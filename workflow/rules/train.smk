@@ -2,22 +2,20 @@
 # (runs/), and one per method on all classes of the transfer source (transfer/).
 # A job runs its seeds in one process: the ~5 s of imports are paid once, not per seed.
 # {seed} in a path is the dear command's own placeholder (one run per seed).
-TRAIN_CODE = code(*MODEL, "dear/stages/train.py", "dear/train")
 
 
 rule train:
     """Train one method on one dataset's base-class shots, every seed (each resumes from its checkpoint)."""
     input:
-        code=TRAIN_CODE,
+        code=code("train"),
         backbone=BACKBONE,
         fewshot=seeds_of(rooted("data/{dataset}/fewshot-seed{seed}.parquet")),
         roles=ROLES,
-        world=WORLD,
+        world=READS_WORLD,
+        stale=provenance_checked("train"),
     output:
         model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
         log=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet")),
-    params:
-        section=section("dear", "train", "fusion"),
     log:
         rooted("logs/train/{method}/{dataset}.log"),
     shell:
@@ -26,22 +24,22 @@ rule train:
         " --out {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}} --log {log}"
 
 
-rule train_transfer:
-    """Train one method on all classes of the transfer source (cross-dataset and domain generalization), every seed."""
-    input:
-        code=TRAIN_CODE,
-        backbone=BACKBONE,
-        fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
-        roles=ROLES,
-        world=WORLD,
-    output:
-        model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
-        log=seeds_of(rooted("transfer/{method}/train/seed{seed}/train_log.parquet")),
-    params:
-        section=section("dear", "train", "fusion"),
-    log:
-        rooted("logs/train_transfer/{method}.log"),
-    shell:
-        "dear train --params {CONFIG} --method {wildcards.method} --dataset {SOURCE} --classes all"
-        " --backbone {R}backbone --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --roles {input.roles}"
-        " --out {R}transfer/{wildcards.method}/train/seed{{seed}} --log {log}"
+if TRANSFER:  # the transfer protocols are on
+    rule train_transfer:
+        """Train one method on all classes of the transfer source (cross-dataset and domain generalization), every seed."""
+        input:
+            code=code("train"),
+            backbone=BACKBONE,
+            fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
+            roles=ROLES,
+            world=READS_WORLD,
+            stale=provenance_checked("train_transfer"),
+        output:
+            model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
+            log=seeds_of(rooted("transfer/{method}/train/seed{seed}/train_log.parquet")),
+        log:
+            rooted("logs/train_transfer/{method}.log"),
+        shell:
+            "dear train --params {CONFIG} --method {wildcards.method} --dataset {SOURCE} --classes all"
+            " --backbone {R}backbone --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --roles {input.roles}"
+            " --out {R}transfer/{wildcards.method}/train/seed{{seed}} --log {log}"

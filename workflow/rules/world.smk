@@ -1,26 +1,25 @@
-rule world:
-    """Draw the embedded emoji world: every embedded dataset in CoOp's layout."""
-    input:
-        code=code(*CORE, "dear/stages/world.py", "dear/data"),
-    output:
-        card=WORLD,
-    params:
-        section=section("world"),
-    log:
-        rooted("logs/world.log"),
-    shell:
-        "dear world --params {CONFIG} --out {R}world --log {log}"
+if READS_WORLD:  # a study of real data and real weights without the sanity check draws no world
+    rule world:
+        """Draw the embedded emoji world: every embedded dataset in CoOp's layout."""
+        input:
+            code=code("world"),
+            stale=provenance_checked("world"),
+        output:
+            card=WORLD,
+        log:
+            rooted("logs/world.log"),
+        shell:
+            "dear world --params {CONFIG} --out {R}world --log {log}"
 
 
 rule backbone:
     """Train the embedded CLIP (or load real weights) and write its card."""
     input:
-        code=code(*MODEL, "dear/stages/backbone.py", "dear/data"),
-        world=WORLD,
+        code=code("backbone"),
+        world=READS_WORLD,
+        stale=provenance_checked("backbone"),
     output:
         directory(BACKBONE),
-    params:
-        section=section("world", "model", "backbone"),
     log:
         rooted("logs/backbone.log"),
     shell:
