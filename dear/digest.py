@@ -28,6 +28,7 @@ from dear.io import DIGESTS as FOLDER
 from dear.io import sha256_file
 
 ALL = "folder.yaml"
+STALE = "out of date"  # the sha256 `dear plan` writes into the digests of an output to rerun
 
 
 def write_digests(folder: Path, command: str) -> None:
@@ -83,4 +84,6 @@ def mark_changed(folder: Path) -> None:
     reads one of its digests; the stage's command writes true digests again. No digest: nothing to mark.
     """
     for path in sorted((Path(folder) / FOLDER).glob("*.yaml")):
-        _write(path, "out of date: made otherwise than the config says (dear plan)", {"sha256": "out of date"})
+        values = yaml.safe_load(path.read_text()) or {}
+        if values.get("sha256") != STALE:
+            _write(path, "out of date: made otherwise than the config says (dear plan)", {**values, "sha256": STALE})

@@ -7,6 +7,7 @@ rerun (docs/engines.md), and planning another config leaves the tree alone.
 """
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -18,6 +19,27 @@ from tests import tiny_study
 from tests.engines import BIN, ROOT, make_project, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]
+
+
+def dvc_ran(stdout: str) -> set[str]:
+    """The stages `dvc repro` ran (or would run, with --dry)."""
+    return set(re.findall(r"Running stage '([^']+)'", stdout))
+
+
+def snakemake_planned(stdout: str) -> set[str]:
+    """The jobs `snakemake -n` plans, named as DVC names its stages (train@dear-world_objects)."""
+    names = set()
+    for block in stdout.split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0].strip()
+        found = re.search(r"wildcards: (.*)", block)
+        items = dict(item.split("=", 1) for item in found.group(1).split(", ")) if found else {}
+        values = [items[key] for key in ("method", "dataset") if key in items]
+        names.add(rule + (f"@{'-'.join(values)}" if values else ""))
+    return names - {"all"}
+
+
+def out_of_date(output: str) -> list[str]:
+    return [line.removeprefix("out of date: ") for line in output.splitlines() if line.startswith("out of date: ")]
 
 
 def mini_study() -> str:
@@ -56,7 +78,7 @@ def test_dvc_runs_the_prepare_fan_out_and_then_has_nothing_to_do(dvc_project):
     for name in yaml.safe_load((dvc_project / "params.yaml").read_text())["data"]["datasets"]:
         assert (dvc_project / f"data/{name}/fewshot-seed1.parquet").is_file()
     again = run([str(BIN / "dvc"), "repro", "prepare"], dvc_project)
-    assert "didn't change, skipping" in again.stdout and "Running stage" not in again.stdout
+    assert "didn't change, skipping" in again.stdout and dvc_ran(again.stdout) == {"check"}
 
 
 def test_both_engines_make_byte_identical_manifests(snakemake_project, dvc_project):
@@ -91,12 +113,18 @@ def test_a_changed_section_reruns_its_readers_only_and_a_copied_config_nothing(s
     assert planned - {"all"} == {"report"}, planned
 
 
-def test_a_tree_snakemake_built_goes_to_dvc_and_back_without_a_rerun(snakemake_project, tmp_path):
-    tree = tmp_path / "tree"
+def handed_to_dvc(snakemake_project: Path, tree: Path) -> Path:
+    """A copy of the Snakemake-built tree that DVC records as it is (docs/engines.md: the hand-over)."""
     shutil.copytree(snakemake_project, tree, symlinks=True)  # copy2: the same mtimes
-    run([str(BIN / "dvc"), "commit", "-f"], tree)  # the hand-over: DVC records the tree as it is
+    run([str(BIN / "dvc"), "repro", "check"], tree)  # the jobs' values files, which DVC records with the tree
+    run([str(BIN / "dvc"), "commit", "-f"], tree)
+    return tree
+
+
+def test_a_tree_snakemake_built_goes_to_dvc_and_back_without_a_rerun(snakemake_project, tmp_path):
+    tree = handed_to_dvc(snakemake_project, tmp_path / "tree")
     repro = run([str(BIN / "dvc"), "repro"], tree)
-    assert "Running stage" not in repro.stdout and "Data and pipelines are up to date" in repro.stdout
+    assert dvc_ran(repro.stdout) == {"check"}, repro.stdout[-3000:]  # DVC's check stage runs every time
     back = run([str(BIN / "snakemake"), "-n", "--cores", "1"], tree)
     assert "Nothing to be done" in back.stdout + back.stderr, back.stdout[-3000:]
 
@@ -111,7 +139,7 @@ def test_a_tree_dvc_built_goes_to_snakemake_and_back_without_a_rerun(dvc_project
     again = run([*snakemake, "-n"], dvc_project)
     assert "Nothing to be done" in again.stdout + again.stderr
     repro = run([str(BIN / "dvc"), "repro", "prepare"], dvc_project)
-    assert "Running stage" not in repro.stdout
+    assert dvc_ran(repro.stdout) == {"check"}
 
 
 def test_before_training_every_method_scores_zero_shot_on_the_embedded_sets(snakemake_project):
@@ -133,3 +161,97 @@ def test_validate_profile_shows_where_each_concept_enters_the_embedding(snakemak
     depth = json.loads((snakemake_project / "backbone/card.json").read_text())["model_config"]["vision_cfg"]["layers"]
     assert terms == ["embeddings (entering layer 1)"] + [f"L{i} {part}" for i in range(1, depth + 1)
                                                           for part in ("heads", "MLP")], out
+
+
+# --- provenance-checked caching: both engines rerun what was made otherwise than the config says -------
+
+DOWNSTREAM_OF_BACKBONE = {"backbone", "profile", "report",
+                          *(f"{stage}@{method}-world_objects" for stage in ("train", "fuse", "evaluate")
+                            for method in ("zeroshot", "dear")),
+                          *(f"{stage}_transfer@{method}" for stage in ("train", "fuse", "evaluate")
+                            for method in ("zeroshot", "dear"))}
+READERS_OF_MMRL_LR = {"train@dear-world_objects", "fuse@dear-world_objects", "evaluate@dear-world_objects",
+                      "train_transfer@dear", "fuse_transfer@dear", "evaluate_transfer@dear", "report"}
+
+
+def hand_made_backbone(tree: Path) -> None:
+    """A quick try as docs/stages.md invites: the backbone remade by hand with fewer steps."""
+    run(["dear", "backbone", "--params", "params.yaml", "--world", "world", "--out", "backbone",
+         "--set", "backbone.steps=20"], tree)
+
+
+def with_mmrl_lr(tree: Path, lr: str) -> None:
+    params = tree / "params.yaml"
+    raw = yaml.safe_load(params.read_text())
+    raw["train"]["recipes"]["mmrl"]["lr"] = float(lr)
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
+def test_snakemake_reruns_a_hand_made_backbone_and_everything_downstream_and_says_why(snakemake_project, tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(snakemake_project, tree, symlinks=True)
+    hand_made_backbone(tree)
+    plan = run([str(BIN / "snakemake"), "-n", "--cores", "1"], tree)
+    assert snakemake_planned(plan.stdout) == DOWNSTREAM_OF_BACKBONE, plan.stdout[-3000:]
+    lines = out_of_date(plan.stdout + plan.stderr)
+    assert "backbone: backbone.steps 20 -> 60" in lines
+    assert "train@dear-world_objects: its input backbone/card.json changed" in lines  # its card: the old one
+
+
+def test_snakemake_reruns_a_hand_made_training_run_and_what_reads_it(snakemake_project, tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(snakemake_project, tree, symlinks=True)
+    run(["dear", "train", "--params", "params.yaml", "--method", "dear", "--dataset", "world_objects", "--classes",
+         "base", "--backbone", "backbone", "--fewshot", "data/world_objects/fewshot-seed{seed}.parquet", "--roles",
+         "roles/world_objects/roles.parquet", "--out", "runs/dear/world_objects/train/seed{seed}",
+         "--set", "train.recipes.mmrl.lr=5.0e-3"], tree)
+    plan = run([str(BIN / "snakemake"), "-n", "--cores", "1"], tree)
+    assert snakemake_planned(plan.stdout) == {"train@dear-world_objects", "fuse@dear-world_objects",
+                                              "evaluate@dear-world_objects", "report"}, plan.stdout[-3000:]
+    lines = out_of_date(plan.stdout + plan.stderr)
+    assert "train@dear-world_objects: train.recipes.mmrl.lr 0.005 -> 0.001" in lines
+    assert "fuse@dear-world_objects: its input runs/dear/world_objects/train/seed1/model.pt changed" in lines
+    assert not [line for line in lines if "zeroshot" in line]
+
+
+def test_a_changed_key_reruns_only_the_jobs_that_read_it_in_both_engines_naming_it(snakemake_project, tmp_path):
+    """Raising train.recipes.mmrl.lr: zeroshot never reads it, dear does (base-to-novel and transfer)."""
+    tree = handed_to_dvc(snakemake_project, tmp_path / "tree")
+    with_mmrl_lr(tree, "2.0e-3")
+    plan = run([str(BIN / "snakemake"), "-n", "--cores", "1"], tree)
+    assert snakemake_planned(plan.stdout) == READERS_OF_MMRL_LR, plan.stdout[-3000:]
+    lines = ["train@dear-world_objects: train.recipes.mmrl.lr 0.001 -> 0.002",
+             "train_transfer@dear: train.recipes.mmrl.lr 0.001 -> 0.002"]
+    assert sorted(out_of_date(plan.stdout + plan.stderr)) == lines
+
+    check = run([str(BIN / "dvc"), "repro", "check"], tree)  # what `dvc repro` runs first
+    assert out_of_date(check.stdout + check.stderr) == lines
+    status = run([str(BIN / "dvc"), "status"], tree).stdout
+    changed = re.findall(r"^(\S+):\n\tchanged deps:\n\t\t\.dear/jobs/\S+:\n\t\t\tmodified:\s+(\S+)$", status, re.M)
+    assert changed == [("train@dear-world_objects", "train.recipes.mmrl.lr"),
+                       ("train_transfer@dear", "train.recipes.mmrl.lr")], status
+    dry = run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout
+    assert dvc_ran(dry) == READERS_OF_MMRL_LR | {"check"}, dry[-3000:]
+
+
+def test_dvc_plans_a_hand_made_backbone_and_everything_downstream_and_says_why(snakemake_project, tmp_path):
+    tree = handed_to_dvc(snakemake_project, tmp_path / "tree")
+    hand_made_backbone(tree)
+    status = run([str(BIN / "dvc"), "status"], tree).stdout
+    assert "backbone:\n\tchanged outs:\n\t\tmodified:           backbone" in status, status
+    # every stage reading the backbone's digest; the report reads runs/ and transfer/, changed once they rerun
+    assert set(re.findall(r"^(\S+):$", status, re.M)) == DOWNSTREAM_OF_BACKBONE - {"report"} | {"check"}, status
+    check = run([str(BIN / "dvc"), "repro", "check"], tree)
+    assert out_of_date(check.stdout + check.stderr)[0] == "backbone: backbone.steps 20 -> 60"
+    assert dvc_ran(run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout) == DOWNSTREAM_OF_BACKBONE | {"check"}
+
+
+def test_dvc_reruns_a_foreign_output_it_was_told_to_accept(snakemake_project, tmp_path):
+    """`dvc commit -f` of a hand-made backbone records it as up to date; the check stage still finds it."""
+    tree = handed_to_dvc(snakemake_project, tmp_path / "tree")
+    hand_made_backbone(tree)
+    run([str(BIN / "dvc"), "commit", "-f"], tree)
+    assert dvc_ran(run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout) == {"check"}  # DVC alone: up to date
+    check = run([str(BIN / "dvc"), "repro", "check"], tree)
+    assert out_of_date(check.stdout + check.stderr)[0] == "backbone: backbone.steps 20 -> 60"
+    assert dvc_ran(run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout) == DOWNSTREAM_OF_BACKBONE | {"check"}
