@@ -255,3 +255,38 @@ def test_dvc_reruns_a_foreign_output_it_was_told_to_accept(snakemake_project, tm
     check = run([str(BIN / "dvc"), "repro", "check"], tree)
     assert out_of_date(check.stdout + check.stderr)[0] == "backbone: backbone.steps 20 -> 60"
     assert dvc_ran(run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout) == DOWNSTREAM_OF_BACKBONE | {"check"}
+
+
+# --- experiments that compare -------------------------------------------------------------------------
+
+def test_dvc_experiments_show_and_compare_metrics_and_plots_of_main_and_each_experiment(snakemake_project, tmp_path):
+    """Two experiments on the study's tree (in git, handed to DVC): every revision has its metrics and plots."""
+    tree = tmp_path / "tree"
+    shutil.copytree(snakemake_project, tree, symlinks=True)
+    shutil.copy2(ROOT / ".gitignore", tree / ".gitignore")
+    shutil.rmtree(tree / ".dvc")
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.org"]
+    for command in (["git", "init", "-q", "-b", "main"], [str(BIN / "dvc"), "init", "-q"],
+                    [str(BIN / "dvc"), "config", "core.analytics", "false"], [str(BIN / "dvc"), "repro", "check"],
+                    [str(BIN / "dvc"), "commit", "-f"], ["git", "add", "-A"], [*git, "commit", "-qm", "the study"]):
+        run(command, tree)
+    dvc = lambda *args: run([str(BIN / "dvc"), *args], tree).stdout  # noqa: E731
+    dvc("exp", "run", "-n", "three-decimals", "-S", "report.decimals=3")
+    dvc("exp", "run", "-n", "no-domains", "-S", "report.decimals=2", "-S", "study.transfer.domain_generalization=[]")
+
+    shown = json.loads(dvc("exp", "show", "--json"))
+    revisions = {entry.get("name") or entry["rev"]: entry for entry in shown}
+    revisions.update({rev["name"]: rev for entry in shown for exp in entry.get("experiments") or []
+                      for rev in exp["revs"]})
+    assert set(revisions) == {"workspace", "main", "three-decimals", "no-domains"}, set(revisions)
+    for name, entry in revisions.items():
+        metrics = entry["data"]["metrics"]["report/metrics.json"]["data"]
+        assert metrics["base_to_novel"]["dear"]["hm"] is not None, name
+    assert "domain_generalization" not in revisions["no-domains"]["data"]["metrics"]["report/metrics.json"]["data"]
+
+    changed = json.loads(dvc("exp", "diff", "three-decimals", "no-domains", "--json"))
+    assert any(key.startswith("domain_generalization.dear.") for key in changed["metrics"]["report/metrics.json"])
+    assert changed["params"]["params.yaml"]["report.decimals"] == {"old": 3, "new": 2, "diff": -1}
+    assert "domain_generalization.dear.world_objects.average" in dvc("metrics", "diff", "main", "no-domains")
+    plots = json.loads(dvc("plots", "diff", "main", "three-decimals", "no-domains", "--json"))["data"]
+    assert plots["hm"][0]["revisions"] == ["main", "three-decimals", "no-domains"]
