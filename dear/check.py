@@ -141,6 +141,17 @@ def datasets_used(params, params_file: str) -> list[str]:
     return unprepared(params.data, params.study, params.profile)
 
 
+def study_runs(params, params_file: str) -> list[str]:
+    """The study trains something: a method, and a protocol that is on."""
+    study, found = params.study, []
+    if not study.methods:
+        found.append("study.methods is empty: nothing would be trained; list at least one method")
+    if not study.base_to_novel and study.transfer_on is None:
+        found.append("study.base_to_novel is empty and the transfer protocols are off (study.transfer): nothing would "
+                     "be trained; list datasets in study.base_to_novel, or switch study.transfer on")
+    return found
+
+
 def data_folders(params, params_file: str) -> list[str]:
     """CoOp datasets on this machine: root, folders, split files and image folders exist (no image is listed)."""
     cfg = params.data
@@ -326,6 +337,7 @@ class Check:
 CHECKS: tuple[Check, ...] = (
     Check(dataset_names, ("data", "world"), "data.datasets against the known datasets"),
     Check(datasets_used, ("data", "study", "profile"), "the datasets the study and the profile use"),
+    Check(study_runs, ("study",), "the study's methods and protocols"),
     Check(data_folders, ("data",), "the data folders", "machine"),
     Check(world, ("data", "model", "backbone", "world"), "the world", stages=("world", "backbone")),
     Check(model, ("model", "world"), "model.arch", stages=("backbone",)),

@@ -233,3 +233,14 @@ def test_the_log_line_names_the_precision_a_stage_really_runs_on_the_cpu():
     assert devices.describe(cpu, "bf16").startswith("cpu, fp32,")  # train, fuse, evaluate: fp32 on CPU
     assert devices.describe(cpu, "bf16", cpu_autocast=True).startswith("cpu, bf16 autocast,")  # backbone
     assert devices.describe(cpu, "fp32", cpu_autocast=True).startswith("cpu, fp32,")
+
+
+def test_a_study_with_every_protocol_off_is_refused(tmp_path):
+    params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
+                  study={"base_to_novel": [], "transfer": None})
+    found = [finding.text for finding in check_file(params)[1]]
+    assert found == ["study.base_to_novel is empty and the transfer protocols are off (study.transfer): nothing would "
+                     "be trained; list datasets in study.base_to_novel, or switch study.transfer on"]
+    assert check_file(edit(params, study={"base_to_novel": ["world_objects"]}))[1] == []
+    disabled = {"enabled": False, "source": "nowhere", "cross_dataset": [], "domain_generalization": []}
+    assert check_file(edit(params, study={"transfer": disabled}))[1] == [], "a protocol that is off names no dataset"

@@ -90,3 +90,14 @@ def test_bad_set_is_one_line_like_a_bad_params_file_and_writes_nothing(fake, tmp
     assert result.output.count("\n") == 1 and result.output.startswith("error: ")
     assert expected in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_report_glob_that_matched_nothing_is_a_protocol_that_is_off(tmp_path):
+    """The report command globs every protocol's folder; with one off its glob stays unmatched and is dropped."""
+    from dear.cli import REPORT_LISTS, _file_lists
+
+    (tmp_path / "eval.parquet").touch()
+    lists = _file_lists(["--evals", str(tmp_path / "eval.parquet"), str(tmp_path / "transfer/*/eval/seed*/eval.parquet"),
+                         "--train-logs", str(tmp_path / "missing.parquet")], REPORT_LISTS)
+    assert lists["evals"] == [tmp_path / "eval.parquet"]
+    assert lists["train_logs"] == [tmp_path / "missing.parquet"], "a file named outright is kept (and checked later)"

@@ -118,3 +118,89 @@ def test_slurm_logs_of_another_config_must_go_under_its_root(project):
     assert result.returncode != 0
     assert "add --slurm-logdir paper-vitb16/logs/slurm" in result.stdout + result.stderr
     assert not (project / "logs/slurm").exists() and not (project / "paper-vitb16/logs/slurm").exists()
+
+
+# --- dry runs that check, one reader, protocols that are off -----------------------------------------
+
+def plan(project: Path, *options: str, dry: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "snakemake"), *(["-n"] if dry else []), "--cores", "1", *options], cwd=project,
+                          env=engine_env(), capture_output=True, text=True, timeout=300)
+
+
+def test_a_dry_run_stops_on_a_config_problem_with_the_lines_of_dear_check(tmp_path):
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["study"]["base_to_novel"] = ["world_objects", "oxford_pet"]
+    raw["profile"]["svd_rank"] = 3000
+    project = make_project(tmp_path / "project", yaml.safe_dump(raw, sort_keys=False))
+    result = plan(project)
+    assert result.returncode == 1 and "Job stats" not in result.stdout
+    checked = run([str(BIN / "dear"), "check"], project) if False else subprocess.run(
+        [str(BIN / "dear"), "check"], cwd=project, env=engine_env(), capture_output=True, text=True)
+    expected = [line for line in checked.stderr.splitlines() if line.startswith("error: ")]
+    assert len(expected) == 3, checked.stderr  # the dataset the study uses, and svd_rank against images and width
+    assert [line for line in result.stderr.splitlines() if line.startswith("error: ")] == expected
+    assert "params.yaml: 3 problem(s); nothing was planned" in result.stderr
+
+
+def test_a_dry_run_of_the_paper_config_reports_its_placeholder_root_and_the_real_run_stops(project):
+    dry = plan(project, "--configfile", PAPER)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    warnings = [line for line in dry.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings[0].startswith("warning: data.root: /path/to/coop-datasets not found"), dry.stderr[-2000:]
+    assert warnings[-1] == (f"warning: {PAPER}: the real run stops here before any job on 2 problem(s) of this "
+                            "machine above")
+    real = plan(project, "--configfile", PAPER, dry=False)
+    assert real.returncode == 1 and "error: data.root: /path/to/coop-datasets not found" in real.stderr
+    assert "no job was started" in real.stderr and not (project / "paper-vitb16/backbone").exists()
+
+
+def test_a_key_given_twice_fails_with_the_same_line_in_every_reader(tmp_path):
+    text = (ROOT / "params.yaml").read_text().replace("  shots: 16", "  shots: 16\n  shots: 4", 1)
+    project = make_project(tmp_path / "project", text)
+    line = f"error: params.yaml, line {text.splitlines().index('  shots: 4') + 1}: key 'data.shots' is given twice"
+    readers = {
+        "dear check": [str(BIN / "dear"), "check"],
+        "snakemake -n": [str(BIN / "snakemake"), "-n", "--cores", "1"],
+        "DVC's check stage": [str(BIN / "dear"), "plan", "--params", "params.yaml", "--jobs", ".dear/jobs"],
+    }
+    for name, command in readers.items():
+        result = subprocess.run(command, cwd=project, env=engine_env(), capture_output=True, text=True, timeout=300)
+        assert result.returncode != 0, name
+        said = [out for out in (result.stdout + result.stderr).splitlines() if out.startswith("error: params.yaml")]
+        assert said and said[0].startswith(line), (name, result.stdout[-1000:] + result.stderr[-1000:])
+    itself = subprocess.run([str(BIN / "dvc"), "repro", "--dry"], cwd=project, env=engine_env(), capture_output=True,
+                            text=True)  # DVC reads params.yaml itself too, and refuses it in its own words
+    assert itself.returncode != 0 and "found duplicate key" in itself.stderr + itself.stdout
+    (project / "other.yaml").write_text(text.replace('output_root: "."', "output_root: other"))
+    helper = subprocess.run([sys.executable, "workflow/scripts/dvc_study.py", "other.yaml"], cwd=project,
+                            env=engine_env(), capture_output=True, text=True)
+    assert helper.returncode == 1 and helper.stderr.startswith(line.replace("params.yaml", "other.yaml"))
+
+
+def study_config(tmp_path: Path, name: str, change) -> str:
+    """A variant of the paper config (real data and weights: no world to draw) under its own root."""
+    raw = yaml.safe_load((ROOT / PAPER).read_text())
+    raw["output_root"] = name
+    change(raw)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("name, change, stages", [
+    ("no-transfer", lambda raw: raw["study"].update(transfer=None), {"backbone", "prepare", "profile", "train", "fuse",
+                                                                    "evaluate", "report"}),
+    ("transfer-disabled", lambda raw: raw["study"]["transfer"].update(enabled=False),
+     {"backbone", "prepare", "profile", "train", "fuse", "evaluate", "report"}),
+    ("transfer-only", lambda raw: raw["study"].update(base_to_novel=[]),
+     {"backbone", "prepare", "profile", "train_transfer", "fuse_transfer", "evaluate_transfer", "report"}),
+])
+def test_a_protocol_that_is_off_makes_no_job_in_either_engine(project, tmp_path, name, change, stages):
+    config = study_config(project, name, change)
+    relative = str(config.relative_to(project))
+    snake = snakemake_graph(project, options=["--configfile", relative])
+    run([sys.executable, "workflow/scripts/dvc_study.py", relative], project)
+    assert_same_graph(snake, dvc_graph(project, f"{name}/dvc.yaml"))
+    planned = run([str(BIN / "dvc"), "repro", "--dry", f"{name}/dvc.yaml"], project).stdout
+    ran = {stage.split("@")[0].split(":")[-1] for stage in re.findall(r"Running stage '([^']+)'", planned)}
+    assert ran == stages | {"check"}, ran  # and no world: real data and real weights read none
