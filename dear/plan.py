@@ -78,16 +78,20 @@ def job_file(folder: Path, job: study_jobs.Job) -> Path:
     return folder / stage / f"{item or stage}.yaml"
 
 
-def run(params: Params, params_file: str, folder: Path) -> list[str]:
-    """`dear plan`: write every job's values file under `folder`, mark out-of-date outputs; the lines to print."""
+def run(params: Params, params_file: str, folder: Path, study: list[study_jobs.Job] | None = None) -> list[str]:
+    """`dear plan`: write every job's values file under `folder`, mark out-of-date outputs; the lines to print.
+
+    `study`: the jobs (default: every job of the study `params` describes).
+    """
     from dear import stale
     from dear.io import write_text
 
-    found = stale.stale_jobs(params)
+    study = study_jobs.jobs(params) if study is None else study
+    found = stale.stale_jobs(params, study)
     for job, _ in found:
         mark_changed(Path(job.folder))
     wanted = set()
-    for job in study_jobs.jobs(params):
+    for job in study:
         path = job_file(folder, job)
         wanted.add(path)
         text = (f"# The values `{job.name}` reads from {params_file}, resolved (dear.keys); written by `dear plan`,\n"

@@ -89,7 +89,7 @@ def _show(values: dict, key: str) -> str:
 
 
 def _args(args: Any) -> str:
-    return " ".join(f"--{key} {value}" for key, value in (args or {}).items()) or "no arguments"
+    return " ".join(f"--{key} {value}" for key, value in sorted((args or {}).items())) or "no arguments"
 
 
 def _sha(path: Path, hashes: dict) -> str:
@@ -101,7 +101,7 @@ def _sha(path: Path, hashes: dict) -> str:
     return hashes[key]
 
 
-def stale_jobs(params: Params) -> list[tuple[Job, str]]:
-    """(job, why) for every job of the study whose existing outputs are out of date."""
+def stale_jobs(params: Params, study: list[Job]) -> list[tuple[Job, str]]:
+    """(job, why) for every job of `study` whose existing outputs are out of date."""
     hashes: dict = {}
-    return [(job, line) for job in study_jobs.jobs(params) if (line := out_of_date(params, job, hashes))]
+    return [(job, line) for job in study if (line := out_of_date(params, job, hashes))]

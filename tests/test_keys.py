@@ -1,0 +1,171 @@
+"""What each job reads (dear.keys), the study's jobs (dear.jobs) and what makes an output out of date (dear.stale)."""
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from dear import jobs as study_jobs
+from dear.io import record_job, write_json, write_parquet, provenance
+from dear.keys import flat, reads
+from dear.params import Params, load_params
+from dear.stale import out_of_date
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def params() -> Params:
+    return load_params(ROOT / "params.yaml")
+
+
+def changed(params: Params, key: str, value) -> Params:
+    raw = params.model_dump(mode="json")
+    *parents, leaf = key.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    return Params.model_validate(raw)
+
+
+def readers(params: Params, key: str) -> set[str]:
+    return {job.name for job in study_jobs.jobs(params) if key in reads(params, job.stage, **job.args)}
+
+
+def test_the_mmrl_learning_rate_is_read_by_the_token_methods_training_only(params):
+    expected = {f"train@{method}-{dataset}" for method in ("mmrl", "dear_nomask", "dear")
+                for dataset in params.study.base_to_novel} | {f"train_transfer@{m}" for m in ("mmrl", "dear_nomask", "dear")}
+    assert readers(params, "train.recipes.mmrl.lr") == expected
+
+
+def test_a_job_reads_the_key_its_value_comes_from(params):
+    sketch = reads(params, "train", "mmrl", "world_objects_sketch")
+    assert "train.recipes.mmrl.dataset_epochs.world_objects_sketch" in sketch
+    assert "train.recipes.mmrl.epochs" not in sketch
+    assert "train.recipes.mmrl.epochs" in reads(params, "train", "mmrl", "world_objects")
+    source = reads(params, "train", "coop", "world_objects", "all")  # transfer_epochs set: the source's own
+    assert source["train.recipes.coop.transfer_epochs"] == 2 and "train.recipes.coop.epochs" not in source
+    unset = changed(params, "train.recipes.coop.transfer_epochs", None)
+    fallback = reads(unset, "train", "coop", "world_objects", "all")
+    assert fallback["train.recipes.coop.transfer_epochs"] is None and "train.recipes.coop.epochs" in fallback
+
+
+def test_an_override_added_for_one_dataset_changes_that_jobs_reads_only(params):
+    after = changed(params, "train.dataset_templates.world_objects", "a picture of a {}.")
+    for job in study_jobs.jobs(params):
+        same = reads(params, job.stage, **job.args) == reads(after, job.stage, **job.args)
+        assert same != (job.stage == "train" and job.args["dataset"] == "world_objects"), job.name
+
+
+def test_nothing_is_read_that_the_config_does_not_hold(params):
+    values = flat(params)
+    for job in study_jobs.jobs(params):
+        missing = [key for key in reads(params, job.stage, **job.args) if key not in values]
+        assert not missing, (job.name, missing)
+
+
+def test_what_never_changes_an_output_is_read_by_no_job(params):
+    for key in ("data.workers", "compute.workers", "train.checkpoint_every", "train.method", "evaluate.reuse_mb",
+                "data.max_listed", "model.cache_dir"):
+        assert not readers(params, key), key
+
+
+def test_protocols_that_are_off_and_an_unread_world_make_no_job(params):
+    names = lambda p: {job.name.split("@")[0] for job in study_jobs.jobs(p)}  # noqa: E731
+    assert {"world", "train_transfer", "train"} <= names(params)
+    assert "train_transfer" not in names(changed(params, "study.transfer", None))
+    assert "train_transfer" not in names(changed(params, "study.transfer.enabled", False))
+    assert "train" not in names(changed(params, "study.base_to_novel", []))
+    paper = load_params(ROOT / "configs/paper-vitb16.yaml")
+    assert "world" not in names(paper), "real data, real weights and no sanity check read no world"
+
+
+# --- out of date ---------------------------------------------------------------------------------------
+
+def made(path: Path, params: Params, job: study_jobs.Job, seed=None, inputs=None, **job_record) -> None:
+    """An output of `job` carrying the provenance a dear command writes (its job record, changed as asked)."""
+    record = {"stage": job.stage, "args": job.args, "reads": reads(params, job.stage, **job.args),
+              "code": study_jobs.code_sha256(job.stage), **job_record}
+    record_job(record)
+    try:
+        made_by = provenance({}, inputs, seed)
+    finally:
+        record_job({})
+    if path.suffix == ".parquet":
+        write_parquet(path, pa.table({"x": [1]}), pa.schema([("x", pa.int64())]), made_by)
+    else:
+        write_json(path, {"provenance": made_by})
+
+
+def train_job(params: Params, tmp_path: Path) -> study_jobs.Job:
+    job = study_jobs.find(params, "train@mmrl-world_objects")
+    return study_jobs.Job(job.name, job.stage, job.args, str(tmp_path / "train"),
+                          tuple((seed, str(tmp_path / f"train/seed{seed}/train_log.parquet")) for seed, _ in job.records))
+
+
+def test_an_output_made_as_the_config_says_is_up_to_date_and_a_missing_one_is_not_judged(params, tmp_path):
+    job = train_job(params, tmp_path)
+    assert out_of_date(params, job) is None  # nothing made yet: the engines' own business
+    for seed, file in job.records:
+        made(Path(file), params, job, seed)
+    assert out_of_date(params, job) is None
+
+
+def test_a_changed_value_is_named_with_what_it_was_and_what_it_is(params, tmp_path):
+    job = train_job(params, tmp_path)
+    for seed, file in job.records:
+        made(Path(file), params, job, seed)
+    later = changed(params, "train.recipes.mmrl.lr", 2.0e-3)
+    assert out_of_date(later, job) == "train@mmrl-world_objects: train.recipes.mmrl.lr 0.001 -> 0.002"
+    assert out_of_date(changed(params, "train.recipes.coop.lr", 1.0), job) is None, "a key it does not read"
+
+
+@pytest.mark.parametrize("why, record, line", [
+    ("no record", None, "no record of the values it was made with (made by an older dear, or copied in)"),
+    ("another method", {"args": {"method": "coop", "dataset": "world_objects", "classes": "base"}},
+     "made by `dear train` with --classes base --dataset world_objects --method coop, this job is --classes base "
+     "--dataset world_objects --method mmrl"),
+    ("other code", {"code": "0" * 64}, "the code of `dear train` changed"),
+])
+def test_a_foreign_output_is_out_of_date(params, tmp_path, why, record, line):
+    job = train_job(params, tmp_path)
+    seed, file = job.records[0]
+    if record is None:
+        write_parquet(Path(file), pa.table({"x": [1]}), pa.schema([("x", pa.int64())]), {"params": {}})
+    else:
+        made(Path(file), params, job, seed, **record)
+    assert out_of_date(params, job) == f"train@mmrl-world_objects: {line}"
+
+
+def test_an_output_of_another_seed_or_from_changed_inputs_is_out_of_date(params, tmp_path):
+    job = train_job(params, tmp_path)
+    shots = tmp_path / "fewshot.parquet"
+    shots.write_bytes(b"shots")
+    seed, file = job.records[0]
+    made(Path(file), params, job, seed + 10, inputs={"fewshot": shots})
+    assert out_of_date(params, job) == f"train@mmrl-world_objects: made with seed {seed + 10}, this output is seed {seed}"
+    made(Path(file), params, job, seed, inputs={"fewshot": shots})
+    shots.write_bytes(b"other shots")
+    assert out_of_date(params, job) == f"train@mmrl-world_objects: its input {shots} changed"
+
+
+def test_dear_plan_writes_each_jobs_values_and_marks_what_is_out_of_date(params, tmp_path):
+    from dear import plan
+    from dear.digest import STALE, write_digests
+
+    job = train_job(params, tmp_path)
+    for seed, file in job.records:
+        made(Path(file), params, job, seed)
+    write_digests(Path(job.folder), "train")
+    later = changed(params, "train.recipes.mmrl.lr", 2.0e-3)
+    study = [job if other.name == job.name else other for other in study_jobs.jobs(later)]
+    lines = plan.run(later, "params.yaml", tmp_path / "jobs", study)
+    assert lines == ["out of date: train@mmrl-world_objects: train.recipes.mmrl.lr 0.001 -> 0.002"]
+    digest = yaml.safe_load((tmp_path / "train/.digest/folder.yaml").read_text())
+    assert digest["sha256"] == STALE and digest["files"] == len(job.records)
+    values = yaml.safe_load((tmp_path / "jobs/train/mmrl-world_objects.yaml").read_text())
+    assert values == {"--method": "mmrl", "--dataset": "world_objects", "--classes": "base",
+                      **reads(later, "train", "mmrl", "world_objects")}
+    assert len(list((tmp_path / "jobs").rglob("*.yaml"))) == len(study)
