@@ -284,11 +284,18 @@ def profile(params, params_file: str) -> list[str]:
     missing = [c for c in CORE_CONCEPTS if c not in cfg.concepts.allowed]
     if missing:
         found.append(f"profile.concepts.allowed: the core attributes {missing} are missing; add them")
-    try:
-        n_texts = len(load_bank(cfg.text_bank, cfg.concepts.allowed, params.world))
-    except DearError as err:
-        found.append(str(err))
-        n_texts = None
+    n_texts = None
+    if cfg.text_bank == "world":  # its size and concepts follow from the world's params (the emoji draw takes ~1 s)
+        n_texts = world_data.text_bank_size(params.world)
+        unknown = sorted(set(world_data.TEXT_BANK_CONCEPTS) - set(cfg.concepts.allowed))
+        if unknown:
+            found.append(f"profile.text_bank: the world's text bank labels texts {unknown}, which "
+                         "profile.concepts.allowed does not list; add them there, or use another profile.text_bank")
+    else:
+        try:
+            n_texts = len(load_bank(cfg.text_bank, cfg.concepts.allowed, params.world))
+        except DearError as err:
+            found.append(str(err))
     config = arch_config(params.model.arch) or {}
     vision = config.get("vision_cfg", {})
     if isinstance(vision.get("layers"), int) and not 1 <= cfg.layers <= vision["layers"]:

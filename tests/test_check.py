@@ -244,3 +244,15 @@ def test_a_study_with_every_protocol_off_is_refused(tmp_path):
     assert check_file(edit(params, study={"base_to_novel": ["world_objects"]}))[1] == []
     disabled = {"enabled": False, "source": "nowhere", "cross_dataset": [], "domain_generalization": []}
     assert check_file(edit(params, study={"transfer": disabled}))[1] == [], "a protocol that is off names no dataset"
+
+
+def test_the_world_text_banks_size_is_known_without_drawing_the_emoji():
+    """`dear check` counts the world's bank from its params (the catalog takes ~1 s); both counts agree."""
+    from dear.data import world as world_data
+    from dear.data.world import tiny_params
+    from dear.params import World, load_params
+
+    for world in (load_params(ROOT / "params.yaml").world, World.model_validate(tiny_params()["world"])):
+        bank = world_data.text_bank(world)
+        assert world_data.text_bank_size(world) == len(bank)
+        assert {concept for _, concept in bank} == set(world_data.TEXT_BANK_CONCEPTS)

@@ -260,6 +260,15 @@ def text_bank(world) -> list[tuple[str, str]]:
     return rows
 
 
+TEXT_BANK_CONCEPTS = ("object", "color", "texture", "shape", "position", "style")  # the concepts text_bank labels
+
+
+def text_bank_size(world) -> int:
+    """len(text_bank(world)) without drawing the emoji catalog (~1 s): what `dear check` needs to know."""
+    objects = world.n_objects + world.n_objects_b + world.n_objects_rare
+    return objects + len(world.colors) + len(world.textures) + len(world.shapes) + len(positions(world)) + 2
+
+
 TWIN_ATTRIBUTES = ("position", "shape", "texture", "color")
 
 
