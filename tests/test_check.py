@@ -181,20 +181,17 @@ def test_cuda_is_reported_missing_without_a_driver(tmp_path):
 
 
 @pytest.mark.slow
-def test_snakemake_checks_the_config_once_before_any_job(tmp_path):
+def test_snakemake_checks_the_config_before_it_plans_dry_run_or_not(tmp_path):
     raw = tiny_study.params()
     raw["profile"].update(max_images=20, svd_rank=30, texts_per_head=5)
     project = make_project(tmp_path / "project", yaml.safe_dump(raw, sort_keys=False))
-
-    result = subprocess.run([str(BIN / "snakemake"), "--cores", "1"], cwd=project, env=engine_env(),
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1 and "profile.svd_rank: rank 30 needs at least 31 images" in lines[0]
-    assert "no job was started" in result.stderr and not (project / "world").exists()
-    planned = subprocess.run([str(BIN / "snakemake"), "--cores", "1", "-n"], cwd=project, env=engine_env(),
-                             capture_output=True, text=True, timeout=300)
-    assert planned.returncode == 0, planned.stderr[-2000:]  # a dry run only plans: no check
+    for dry in ([], ["-n"]):
+        result = subprocess.run([str(BIN / "snakemake"), "--cores", "1", *dry], cwd=project, env=engine_env(),
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 1, dry
+        lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+        assert len(lines) == 1 and "profile.svd_rank: rank 30 needs at least 31 images" in lines[0]
+        assert "params.yaml: 1 problem(s); nothing was planned" in result.stderr and not (project / "world").exists()
 
 
 def test_the_torch_free_probes_agree_with_torch_and_open_clip():
@@ -256,3 +253,16 @@ def test_the_world_text_banks_size_is_known_without_drawing_the_emoji():
         bank = world_data.text_bank(world)
         assert world_data.text_bank_size(world) == len(bank)
         assert {concept for _, concept in bank} == set(world_data.TEXT_BANK_CONCEPTS)
+
+
+def test_the_pages_examples_are_what_dear_check_prints(tmp_path):
+    """docs/check.md shows a check waiting on a bad section and the paper config's two problems, verbatim."""
+    page = (ROOT / "docs/check.md").read_text()
+    params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
+                  profile={"svd_rank": "eighty"}, compute={"device": "gpu"})
+    waiting = subprocess.run([sys.executable, "-m", "dear.cli", "check", "--params", "params.yaml"], cwd=tmp_path,
+                             capture_output=True, text=True)
+    paper = subprocess.run([sys.executable, "-m", "dear.cli", "check", "--params", "configs/paper-vitb16.yaml"],
+                           cwd=ROOT, capture_output=True, text=True)
+    for output in (waiting.stderr, paper.stderr):
+        assert output and all(line in page for line in output.splitlines()), output
