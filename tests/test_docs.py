@@ -12,6 +12,7 @@ import fnmatch
 import json
 import re
 import shutil
+import typing
 from functools import partial
 from pathlib import Path
 
@@ -100,13 +101,17 @@ def _is_params_key(key: str) -> bool:
     """Whether a dotted key names a value or section of params (`*` matches any part)."""
     model = Params
     for part in key.split("."):
+        if typing.get_origin(model) is dict:  # a mapping's key (train.recipes.mmrl.dataset_epochs.<dataset>)
+            model = typing.get_args(model)[1]
+            continue
         fields = getattr(model, "model_fields", None)
         if fields is None:
             return False
         matches = fnmatch.filter(fields, part)
         if not matches:
             return False
-        model = fields[matches[0]].annotation
+        annotation = fields[matches[0]].annotation  # a section that may be null: the section
+        model = next((arg for arg in typing.get_args(annotation) if hasattr(arg, "model_fields")), annotation)
     return True
 
 

@@ -7,6 +7,7 @@ changes the page (after `python -m dear.docs`) instead of leaving it wrong.
 from __future__ import annotations
 
 import re
+import typing
 from pathlib import Path
 from typing import Iterator
 
@@ -26,13 +27,22 @@ def config_files(root: Path) -> list[str]:
 
 
 def leaves(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str]]:
-    """(dotted key, description) of every value under `model`; sections are walked into."""
+    """(dotted key, description) of every value under `model`; sections (null-able ones too) are walked into."""
     for name, field in model.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            yield from leaves(annotation, f"{prefix}{name}.")
+        section = _section(field.annotation)
+        if section is not None:
+            yield from leaves(section, f"{prefix}{name}.")
         else:
-            yield f"{prefix}{name}", field.description or ""
+            default = "" if field.is_required() else f" (default when absent: {code(field.default)})"
+            yield f"{prefix}{name}", (field.description or "") + default
+
+
+def _section(annotation) -> type[BaseModel] | None:
+    """The section model of a field's annotation (`Transfer` or `Transfer | None`), None for a plain value."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
 
 
 def lookup(raw: dict, key: str):
@@ -48,9 +58,9 @@ def _keys(section: str) -> list[tuple[str, str]]:
     if section not in Params.model_fields:
         raise DearError(f"docs: no params section {section!r}; one of {', '.join(Params.model_fields)}")
     field = Params.model_fields[section]
-    annotation = field.annotation
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return list(leaves(annotation, f"{section}."))
+    model = _section(field.annotation)
+    if model is not None:
+        return list(leaves(model, f"{section}."))
     return [(section, field.description or "")]
 
 
