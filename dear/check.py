@@ -4,10 +4,15 @@ Params are checked against each other and against the filesystem: data
 root and dataset folders, model architecture, weights present (or what to
 run to fetch them), the CUDA device, SVD rank against images, picks and
 embedding width, the text bank, prompt templates, token layers. Each
-problem is one line; `dear check` prints them all and exits 1, and every
-stage runs the checks that concern it before its own work
-(`stage_problems`), so a placeholder `data.root` or an impossible rank
-fails in a second, not after a model has loaded.
+problem is one line naming the key(s) and every way out. All independent
+checks run in one pass: every section is validated on its own, and a check
+that reads a section with a problem says what it waits on (`CHECKS`: what
+each reads). `dear check` prints them all and exits 1; every stage runs the
+checks that concern it before its own work (`stage_problems`), and both
+engines run them all before they plan (`dear.plan`), so a placeholder
+`data.root` or an impossible rank fails in a second, not after a model has
+loaded. Problems of this machine (data folders, weights, device) are told
+apart: a dry run may plan for another machine.
 
 Fast on purpose (well under 2 s): nothing here imports torch or open_clip
 (`python -X importtime -c 'import dear.check'`). Architectures are read
@@ -106,11 +111,6 @@ def validate_sections(raw: dict, params_file: str) -> tuple[Params | None, list[
         sections[name] = annotation.model_validate(raw[name]) if isinstance(annotation, type) and \
             issubclass(annotation, BaseModel) else raw[name]
     return None, found, sections
-
-
-def problems(params: Params, params_file: str = "params.yaml") -> list[str]:
-    """Every problem of valid `params`, one line each."""
-    return [line for check in CHECKS for line in check.run(params, params_file)]
 
 
 def stage_problems(params: Params, stage: str, params_file: str = "params.yaml") -> None:
