@@ -54,7 +54,8 @@ def built_tree(folder: Path) -> Path:
     """The demo's tree, built by Snakemake and handed to DVC (reused when already there)."""
     project = folder / "demo"
     if not (project / "report/results.md").is_file() or not (project / "dvc.lock").is_file():
-        project = make_project(project, demo_params())
+        if not (project / "Snakefile").is_file():  # else an interrupted build: Snakemake resumes it
+            project = make_project(project, demo_params())
         run([str(BIN / "snakemake"), "--cores", str(min(2, os.cpu_count() or 1))], project, timeout=3600)
         run([str(BIN / "dvc"), "repro", "check"], project)
         run([str(BIN / "dvc"), "commit", "-f"], project)

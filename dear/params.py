@@ -1,13 +1,14 @@
 """Typed, validated parameters: `params.yaml` is the single source of truth.
 
 Each top-level section of `params.yaml` is a pydantic model below, strict
-(no silent coercion: `"16"` is not an int, `1e-3` is a string in YAML 1.1)
-and closed (an unknown key is an error, not ignored). A bad file fails with
-one line naming the file, the key and the expected type.
+(no silent coercion: `"16"` is not an int) and closed (an unknown key is an
+error, not ignored). A bad file fails with one line naming the file, the key
+and the expected type. Files are read by the one strict reader
+(`dear.strict_yaml`), as the Snakefile and DVC's check stage read them.
 
 `workflow/schemas/params.schema.yaml` is generated from these models
-(`python -m dear.params > workflow/schemas/params.schema.yaml`), so Snakemake
-validates the same rules; a test keeps the two in step.
+(`python -m dear.params > workflow/schemas/params.schema.yaml`) for editors;
+a test keeps the two in step.
 """
 
 from __future__ import annotations
