@@ -77,7 +77,7 @@ def test_set_changes_the_run_and_is_recorded_in_the_provenance(fake, tmp_path):
 @pytest.mark.parametrize("item, expected", [
     ("data.shots=many", "(--set data.shots=many): key 'data.shots' must be int"),
     ("data.shotz=1", "(--set data.shotz=1): unknown key 'data.shotz'; remove it or fix its spelling"),
-    ("train.lambda_fus=1e-3", "write 1.0e-3, not 1e-3"),
+    ("train.recipes.dear.lambda_fus=1e-3", "write 1.0e-3, not 1e-3"),
     ("data.seeds.first=1", "--set data.seeds.first=1: 'data.seeds' is a value, not a section"),
     ("data.shots", "--set data.shots: expected KEY=VALUE"),
     ("data.shots=[1", "--set data.shots=[1: the value is not valid YAML"),
