@@ -22,7 +22,7 @@ from dear.params import Params, world_needed
 # The package files each stage runs (relative to the package); folders stand for every file below them.
 # The Snakefile's `code()` lists and dvc.yaml's deps are these (tests/test_engines.py checks dvc.yaml).
 CORE = ("cli.py", "params.py", "strict_yaml.py", "io.py", "errors.py", "progress.py")
-MODEL = (*CORE, "model", "data/manifest.py", "resources")
+MODEL = (*CORE, "model", "methods", "data/manifest.py", "resources")
 EVAL = (*MODEL, "evaluation.py", "results.py", "train")
 CODE = {
     "world": (*CORE, "stages/world.py", "data"),

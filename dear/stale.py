@@ -9,7 +9,8 @@ changed since. Missing outputs are the engines' own business; an output without
 a record (made by an older dear, or copied in) is out of date.
 
 `out_of_date(params, job)` says so in one line naming the keys, e.g.
-`train@mmrl-world_objects: train.recipes.mmrl.lr 0.001 -> 0.002`. The Snakefile
+`train@mmrl-world_objects: train.recipes.mmrl.lr (not set) -> 0.002` (the recipe's own
+value, then the config's). The Snakefile
 forces those jobs while it plans; DVC's `check` stage (`dear plan`) marks their
 outputs changed so that `dvc repro` reruns them.
 """
@@ -85,7 +86,7 @@ _UNSET = object()
 
 
 def _show(values: dict, key: str) -> str:
-    return json.dumps(values[key], separators=(",", ":")) if key in values else "(not read)"
+    return json.dumps(values[key], separators=(",", ":")) if key in values else "(not set)"
 
 
 def _args(args: Any) -> str:

@@ -58,7 +58,8 @@ def parse_all(text: str, source: str, lines: bool = True) -> tuple[Any, list[tup
         node = loader.get_single_node()
         if node is None:
             return None, []
-        return loader.construct_document(node), _problems(node, source, [], lines)
+        found = _problems(node, source, [], lines)  # before constructing, which folds `<<` merges into the node
+        return loader.construct_document(node), found
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = (f", line {mark.line + 1}" if lines else "") + f", column {mark.column + 1}" if mark else ""

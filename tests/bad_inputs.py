@@ -13,6 +13,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,7 +69,7 @@ def make_inputs(root: Path) -> Inputs:
     raw = yaml.safe_load(params.read_text())
     from dear.data.world import tiny_params
 
-    raw.update({key: small[key] for key in ("dear", "mmrl", "train")}, **tiny_params())
+    raw.update({key: small[key] for key in ("train",)}, **tiny_params())
     raw["world"]["attribute_sets"] = ["colors"]
     raw["backbone"]["steps"] = 2
     raw["profile"].update(max_images=8, batch_size=8, svd_rank=4, texts_per_head=3, layers=2)
@@ -192,9 +193,9 @@ YAML = [
     params_text_case("yes-boolean", "prepare", "data.skip_bad: yes", lambda text: text.replace("skip_bad: false",
                                                                                           "skip_bad: yes", 1),
                      ["key 'data.skip_bad'", "boolean in YAML 1.1", "write true"]),
-    params_text_case("exponent-text", "train", "train.recipes.mmrl.lr: 1e-3 (no dot)",
-                     lambda text: text.replace("lr: 0.001", "lr: 1e-3", 1),
-                     ["1e-3 is text in YAML 1.1", "write 0.001"]),
+    params_text_case("exponent-text", "prepare", "backbone.lr: 1e-3 (no dot)",
+                     lambda text: re.sub(r"\n  lr: [^\n]+", "\n  lr: 1e-3", text, count=1),
+                     ["key 'backbone.lr': 1e-3 is text in YAML 1.1", "write 0.001"]),
     params_text_case("yaml-syntax", "prepare", "data: a line indented one space too little",
                      lambda text: text.replace("\n  shots:", "\n shots:", 1),
                      ["not valid YAML", "line", "column", "fix the syntax"]),
@@ -203,7 +204,7 @@ YAML = [
 
 def _one_step_lr(value: float) -> Callable[[dict], None]:
     def change(raw: dict) -> None:
-        raw["train"]["recipes"]["mmrl"].update(lr=value, epochs=1, warmup_epochs=0, batch_size=64)
+        raw["train"]["recipes"]["dear"].update(lr=value, epochs=1, warmup_epochs=0, batch_size=64)
     return change
 
 
@@ -214,7 +215,7 @@ def _nan_model(inputs: Inputs, here: Path, patch) -> None:
 
 
 NUMBERS = [
-    Case("lr-1e30-one-step", "train", "train.recipes.mmrl.lr: 1.0e30, one step",
+    Case("lr-1e30-one-step", "train", "train.recipes.dear.lr: 1.0e30, one step",
          ["loss is not finite after the last update", "train.recipes.*.lr"],
          lambda i: with_params(stage_args("train", i, "out")),
          setup=lambda i, here, patch: params_with(i, here, _one_step_lr(1.0e30)) and None),

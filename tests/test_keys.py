@@ -34,31 +34,35 @@ def readers(params: Params, key: str) -> set[str]:
     return {job.name for job in study_jobs.jobs(params) if key in reads(params, job.stage, **job.args)}
 
 
-def test_the_mmrl_learning_rate_is_read_by_the_token_methods_training_only(params):
-    expected = {f"train@{method}-{dataset}" for method in ("mmrl", "dear_nomask", "dear")
-                for dataset in params.study.base_to_novel} | {f"train_transfer@{m}" for m in ("mmrl", "dear_nomask", "dear")}
-    assert readers(params, "train.recipes.mmrl.lr") == expected
+def test_the_mmrl_learning_rate_is_read_by_mmrls_training_only(params):
+    raised = changed(params, "train.recipes.mmrl.lr", 2.0e-3)
+    expected = {f"train@mmrl-{dataset}" for dataset in params.study.base_to_novel} | {"train_transfer@mmrl"}
+    assert readers(raised, "train.recipes.mmrl.lr") == expected
+    assert readers(params, "train.recipes.mmrl.lr") == set(), "not in the demo's config: the recipe's own value"
+    every_method = changed(params, "train.recipes.all.lr", 2.0e-3)
+    assert {name.split("@")[1].split("-")[0] for name in readers(every_method, "train.recipes.all.lr")} == \
+        {"coop", "mmrl", "dear_nomask", "dear"}, "zero-shot CLIP has no learning rate"
 
 
-def test_a_job_reads_the_key_its_value_comes_from(params):
+def test_a_job_reads_the_keys_its_recipe_takes_from_the_config(params):
     sketch = reads(params, "train", "mmrl", "world_objects_sketch")
-    assert "train.recipes.mmrl.dataset_epochs.world_objects_sketch" in sketch
-    assert "train.recipes.mmrl.epochs" not in sketch
-    assert "train.recipes.mmrl.epochs" in reads(params, "train", "mmrl", "world_objects")
-    source = reads(params, "train", "coop", "world_objects", "all")  # transfer_epochs set: the source's own
-    assert source["train.recipes.coop.transfer_epochs"] == 2 and "train.recipes.coop.epochs" not in source
-    unset = changed(params, "train.recipes.coop.transfer_epochs", None)
-    fallback = reads(unset, "train", "coop", "world_objects", "all")
-    assert fallback["train.recipes.coop.transfer_epochs"] is None and "train.recipes.coop.epochs" in fallback
+    assert sketch["train.recipes.mmrl.datasets.world_objects_sketch.epochs"] == 10
+    assert "train.recipes.mmrl.datasets.world_objects_sketch.epochs" not in reads(params, "train", "mmrl",
+                                                                                  "world_objects")
+    source = reads(params, "train", "coop", "world_objects", "all")  # the transfer source: its own block
+    assert source["train.recipes.coop.transfer.epochs"] == 2
+    assert "train.recipes.coop.transfer.epochs" not in reads(params, "train", "coop", "world_objects")
+    assert reads(params, "train", "zeroshot", "world_objects") == {"compute.device": "auto", "data.seeds": [1, 2, 3]}
 
 
 def test_an_override_added_for_one_dataset_changes_that_jobs_reads_only(params):
-    after = changed(params, "train.dataset_templates.world_objects", "a picture of a {}.")
+    after = changed(params, "train.recipes.all.datasets.world_objects", {"template": "a picture of a {}."})
     for job in study_jobs.jobs(params):
         same = reads(params, job.stage, **job.args) == reads(after, job.stage, **job.args)
-        assert same != (job.stage == "train" and job.args["dataset"] == "world_objects"), job.name
-
-
+        protocol = "transfer" if job.args.get("classes") == "all" else "base_to_novel"
+        prompted = job.stage == "train" and job.args["dataset"] == "world_objects" and "template" in \
+            params.train.recipe(job.args["method"], "world_objects", protocol).settings  # coop writes no template
+        assert same != prompted, job.name
 def test_nothing_is_read_that_the_config_does_not_hold(params):
     values = flat(params)
     for job in study_jobs.jobs(params):
@@ -70,6 +74,13 @@ def test_what_never_changes_an_output_is_read_by_no_job(params):
     for key in ("data.workers", "compute.workers", "train.checkpoint_every", "train.method", "evaluate.reuse_mb",
                 "data.max_listed", "model.cache_dir"):
         assert not readers(params, key), key
+
+
+def test_the_transfer_evaluations_read_the_prompts_of_their_targets(params):
+    after = changed(params, "train.recipes.dear.datasets.world_objects_b", {"template": "a drawing of a {}."})
+    moved = {job.name for job in study_jobs.jobs(params)
+             if reads(params, job.stage, **job.args) != reads(after, job.stage, **job.args)}
+    assert moved == {f"evaluate_transfer@{method}" for method in params.study.methods}  # any recipe's: no method
 
 
 def test_protocols_that_are_off_and_an_unread_world_make_no_job(params):
@@ -118,8 +129,12 @@ def test_a_changed_value_is_named_with_what_it_was_and_what_it_is(params, tmp_pa
     for seed, file in job.records:
         made(Path(file), params, job, seed)
     later = changed(params, "train.recipes.mmrl.lr", 2.0e-3)
-    assert out_of_date(later, job) == "train@mmrl-world_objects: train.recipes.mmrl.lr 0.001 -> 0.002"
+    assert out_of_date(later, job) == "train@mmrl-world_objects: train.recipes.mmrl.lr (not set) -> 0.002"
+    assert out_of_date(changed(later, "train.recipes.mmrl.lr", 3.0e-3), job) == \
+        "train@mmrl-world_objects: train.recipes.mmrl.lr (not set) -> 0.003"
     assert out_of_date(changed(params, "train.recipes.coop.lr", 1.0), job) is None, "a key it does not read"
+    assert out_of_date(changed(params, "train.recipes.mmrl.epochs", 6), job) == \
+        "train@mmrl-world_objects: train.recipes.mmrl.epochs 4 -> 6"
 
 
 @pytest.mark.parametrize("why, record, line", [
@@ -162,7 +177,7 @@ def test_dear_plan_writes_each_jobs_values_and_marks_what_is_out_of_date(params,
     later = changed(params, "train.recipes.mmrl.lr", 2.0e-3)
     study = [job if other.name == job.name else other for other in study_jobs.jobs(later)]
     lines = plan.run(later, "params.yaml", tmp_path / "jobs", study)
-    assert lines == ["out of date: train@mmrl-world_objects: train.recipes.mmrl.lr 0.001 -> 0.002"]
+    assert lines == ["out of date: train@mmrl-world_objects: train.recipes.mmrl.lr (not set) -> 0.002"]
     digest = yaml.safe_load((tmp_path / "train/.digest/folder.yaml").read_text())
     assert digest["sha256"] == STALE and digest["files"] == len(job.records)
     values = yaml.safe_load((tmp_path / "jobs/train/mmrl-world_objects.yaml").read_text())

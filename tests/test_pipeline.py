@@ -170,7 +170,7 @@ DOWNSTREAM_OF_BACKBONE = {"backbone", "profile", "report",
                             for method in ("zeroshot", "dear")),
                           *(f"{stage}_transfer@{method}" for stage in ("train", "fuse", "evaluate")
                             for method in ("zeroshot", "dear"))}
-READERS_OF_MMRL_LR = {"train@dear-world_objects", "fuse@dear-world_objects", "evaluate@dear-world_objects",
+READERS_OF_DEAR_LR = {"train@dear-world_objects", "fuse@dear-world_objects", "evaluate@dear-world_objects",
                       "train_transfer@dear", "fuse_transfer@dear", "evaluate_transfer@dear", "report"}
 
 
@@ -180,10 +180,10 @@ def hand_made_backbone(tree: Path) -> None:
          "--set", "backbone.steps=20"], tree)
 
 
-def with_mmrl_lr(tree: Path, lr: str) -> None:
+def with_recipe_lr(tree: Path, recipe: str, lr: float) -> None:
     params = tree / "params.yaml"
     raw = yaml.safe_load(params.read_text())
-    raw["train"]["recipes"]["mmrl"]["lr"] = float(lr)
+    raw["train"]["recipes"].setdefault(recipe, {})["lr"] = lr
     params.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
@@ -204,34 +204,35 @@ def test_snakemake_reruns_a_hand_made_training_run_and_what_reads_it(snakemake_p
     run(["dear", "train", "--params", "params.yaml", "--method", "dear", "--dataset", "world_objects", "--classes",
          "base", "--backbone", "backbone", "--fewshot", "data/world_objects/fewshot-seed{seed}.parquet", "--roles",
          "roles/world_objects/roles.parquet", "--out", "runs/dear/world_objects/train/seed{seed}",
-         "--set", "train.recipes.mmrl.lr=5.0e-3"], tree)
+         "--set", "train.recipes.dear.lr=5.0e-3"], tree)
     plan = run([str(BIN / "snakemake"), "-n", "--cores", "1"], tree)
     assert snakemake_planned(plan.stdout) == {"train@dear-world_objects", "fuse@dear-world_objects",
                                               "evaluate@dear-world_objects", "report"}, plan.stdout[-3000:]
     lines = out_of_date(plan.stdout + plan.stderr)
-    assert "train@dear-world_objects: train.recipes.mmrl.lr 0.005 -> 0.001" in lines
+    assert "train@dear-world_objects: train.recipes.dear.lr 0.005 -> (not set)" in lines
     assert "fuse@dear-world_objects: its input runs/dear/world_objects/train/seed1/model.pt changed" in lines
     assert not [line for line in lines if "zeroshot" in line]
 
 
 def test_a_changed_key_reruns_only_the_jobs_that_read_it_in_both_engines_naming_it(snakemake_project, tmp_path):
-    """Raising train.recipes.mmrl.lr: zeroshot never reads it, dear does (base-to-novel and transfer)."""
+    """Raising DeAR's learning rate (train.recipes.dear.lr): zeroshot never reads it, dear does (both protocols)."""
     tree = handed_to_dvc(snakemake_project, tmp_path / "tree")
-    with_mmrl_lr(tree, "2.0e-3")
+    with_recipe_lr(tree, "dear", 2.0e-3)
     plan = run([str(BIN / "snakemake"), "-n", "--cores", "1"], tree)
-    assert snakemake_planned(plan.stdout) == READERS_OF_MMRL_LR, plan.stdout[-3000:]
-    lines = ["train@dear-world_objects: train.recipes.mmrl.lr 0.001 -> 0.002",
-             "train_transfer@dear: train.recipes.mmrl.lr 0.001 -> 0.002"]
+    assert snakemake_planned(plan.stdout) == READERS_OF_DEAR_LR, plan.stdout[-3000:]
+    lines = ["train@dear-world_objects: train.recipes.dear.lr (not set) -> 0.002",
+             "train_transfer@dear: train.recipes.dear.lr (not set) -> 0.002"]
     assert sorted(out_of_date(plan.stdout + plan.stderr)) == lines
 
     check = run([str(BIN / "dvc"), "repro", "check"], tree)  # what `dvc repro` runs first
     assert out_of_date(check.stdout + check.stderr) == lines
     status = run([str(BIN / "dvc"), "status"], tree).stdout
-    changed = re.findall(r"^(\S+):\n\tchanged deps:\n\t\t\.dear/jobs/\S+:\n\t\t\tmodified:\s+(\S+)$", status, re.M)
-    assert changed == [("train@dear-world_objects", "train.recipes.mmrl.lr"),
-                       ("train_transfer@dear", "train.recipes.mmrl.lr")], status
+    changed = re.findall(r"^(\S+):\n\tchanged deps:\n\t\t\.dear/jobs/\S+:\n\t\t\t(?:new|modified):\s+(\S+)$", status,
+                         re.M)
+    assert changed == [("train@dear-world_objects", "train.recipes.dear.lr"),
+                       ("train_transfer@dear", "train.recipes.dear.lr")], status
     dry = run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout
-    assert dvc_ran(dry) == READERS_OF_MMRL_LR | {"check"}, dry[-3000:]
+    assert dvc_ran(dry) == READERS_OF_DEAR_LR | {"check"}, dry[-3000:]
 
 
 def test_dvc_plans_a_hand_made_backbone_and_everything_downstream_and_says_why(snakemake_project, tmp_path):
