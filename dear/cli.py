@@ -118,7 +118,11 @@ def job_record(stage: str, params, inputs: dict) -> dict:
             "prepare": lambda: dict(dataset=inputs["dataset"]),
             "fuse": lambda: dict(classes=inputs["classes"]),
             "evaluate": lambda: dict(classes=inputs["classes"])}.get(stage, dict)()
-    return {"stage": stage, "args": args, "reads": keys.reads(params, stage, **args), "code": jobs.code_sha256(stage)}
+    try:
+        reads = keys.reads(params, stage, **args)
+    except DearError:  # an argument the stage refuses in its own words (an unknown --method): no record to make
+        return {}
+    return {"stage": stage, "args": args, "reads": reads, "code": jobs.code_sha256(stage)}
 
 
 def _import_stage(name: str):
