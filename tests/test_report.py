@@ -135,7 +135,8 @@ def split_rows(method, source, seed, protocol, target, split, percent, first_lab
     """4 classes x 25 images with `percent` correct in all (spread over the classes)."""
     correct = [percent // 4 + (index < percent % 4) for index in range(4)]
     return [dict(method=method, source=source, seed=seed, protocol=protocol, target=target, split=split, stream="output",
-                 label=first_label + index, classname=f"class{first_label + index}", correct=c, total=25)
+                 label=first_label + index, classname=f"class{first_label + index}", correct=c, total=25,
+                 hits=[True] * c + [False] * (25 - c))
             for index, c in enumerate(correct)]
 
 

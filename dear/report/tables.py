@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dear.results import harmonic_mean
+from dear.results import FUSED, OUTPUT, harmonic_mean
 
 B2N_METRICS = ("base", "novel", "hm")
 AVERAGE = "Average"
@@ -205,7 +205,7 @@ STREAM_COLUMNS = ["dataset", "method", "stream", "split", "mean", "std", "n_seed
 def stream_accuracy(per_seed_streams: pd.DataFrame, conv: Conventions) -> pd.DataFrame:
     """Each stream's own base / novel accuracy (mean ± std over seeds) per base-to-novel dataset and method."""
     rows = per_seed_streams[(per_seed_streams["protocol"] == "base_to_novel")
-                            & (per_seed_streams["stream"] != "output")]
+                            & ~per_seed_streams["stream"].isin([OUTPUT, FUSED])]
     records = []
     for (dataset, method, stream), mine in rows.groupby(["target", "method", "stream"], sort=False):
         for split in ("base", "novel"):
