@@ -46,21 +46,23 @@ TRANSFER = {
     ("domain_generalization", "dear"): {s: {"dsA_sketch": 42} for s in SEEDS},
 }
 
+# Every ± is the half-width of the 95% t-interval over seeds, std * t/sqrt(n): t(0.975, 2) = 4.302653 and
+# t(0.975, 1) = 12.706205, so ± = 2.484138 * std with 3 seeds and 8.984644 * std with 2 (the stds are worked out below).
 EXPECTED_AVERAGE = """\
 | Method | Base | Novel | HM | n |
 | --- | --- | --- | --- | --- |
 | zeroshot | 65.00 ± 0.00 | **70.00 ± 0.00** | 67.41 ± 0.00 | 3 |
-| coop | 82.50 ± 3.54 | 47.50 ± 3.54 | 60.29 ± 1.90 | 2 (no seed 3) |
+| coop | 82.50 ± 31.77 | 47.50 ± 31.77 | 60.29 ± 17.10 | 2 (no seed 3) |
 | dear_nomask | — | — | — | 0 |
-| dear | **85.00 ± 2.50** | 57.50 ± 0.00 | **68.60 ± 0.81** | 3 |
+| dear | **85.00 ± 6.21** | 57.50 ± 0.00 | **68.60 ± 2.02** | 3 |
 """
 EXPECTED_DSA = """\
 | Method | Base | Novel | HM | n |
 | --- | --- | --- | --- | --- |
 | zeroshot | 70.00 ± 0.00 | **75.00 ± 0.00** | **72.41 ± 0.00** | 3 |
-| coop | **85.00 ± 7.07** | 55.00 ± 7.07 | 66.79 ± 3.03 | 2 (no seed 3) |
+| coop | **85.00 ± 63.53** | 55.00 ± 63.53 | 66.79 ± 27.23 | 2 (no seed 3) |
 | dear_nomask | — | — | — | 0 |
-| dear | **85.00 ± 5.00** | 60.00 ± 0.00 | 70.34 ± 1.71 | 3 |
+| dear | **85.00 ± 12.42** | 60.00 ± 0.00 | 70.34 ± 4.26 | 3 |
 """
 EXPECTED_DSB = """\
 | Method | Base | Novel | HM | n |
@@ -73,12 +75,13 @@ EXPECTED_DSB = """\
 # By hand:
 # A dataset's HM is the HM of its seed-averaged Base and Novel (the papers' convention); its ± is the std of
 # the per-seed HMs. dsA coop: HM(85, 55) = 9350/140 = 66.79; per seed 2*90*50/140 = 64.286, 2*80*60/140 = 68.571
-#   -> std 4.286/sqrt(2) = 3.03. dsA dear: HM(85, 60) = 10200/145 = 70.34; per seed 68.571, 70.345, 72 -> std 1.71.
+#   -> std 4.286/sqrt(2) = 3.03 (± 27.23). dsA dear: HM(85, 60) = 10200/145 = 70.34; per seed 68.571, 70.345, 72
+#   -> std 1.71 (± 4.26). dsA coop Base 90, 80: std 7.07 (± 63.53); dear Base 80, 85, 90: std 5.00 (± 12.42).
 # Average dear: Base (85+85)/2 = 85, Novel (60+55)/2 = 57.5, HM of those = 9775/142.5 = 68.60
-#   per-seed averages: Base 82.5, 85, 87.5 (std 2.50); HM 67.768, 68.596, 69.397 (std 0.81)
+#   per-seed averages: Base 82.5, 85, 87.5 (std 2.50, ± 6.21); HM 67.768, 68.596, 69.397 (std 0.81, ± 2.02)
 # Average coop: only seeds 1, 2 are in both datasets: Base 85, 80; Novel 45, 50 (std 3.54 each);
 #   mean Base (85 + 80)/2 = 82.5 and Novel (55+40)/2 = 47.5 -> HM 7837.5/130 = 60.29;
-#   per-seed HM 2*85*45/130 = 58.846, 2*80*50/130 = 61.538 -> std 1.90
+#   per-seed HM 2*85*45/130 = 58.846, 2*80*50/130 = 61.538 -> std 1.90 (± 17.10); Base and Novel std 3.54 (± 31.77)
 # Bold: the best mean of each column (dsA Base: coop and dear tie at 85).
 
 # dear - coop per seed (seeds 1, 2 only: coop has no seed 3):
@@ -95,9 +98,10 @@ EXPECTED_CROSS = """\
 | zeroshot | 72.00 ± 0.00 | **62.00 ± 0.00** | 50.00 ± 0.00 | 56.00 ± 0.00 | 3 |
 | coop | **90.00 ± 0.00** | 55.00 ± 0.00 | 45.00 ± 0.00 | 50.00 ± 0.00 | 3 |
 | dear_nomask | — | — | — | — | 0 |
-| dear | 88.00 ± 0.00 | 60.00 ± 0.00 | **53.00 ± 1.41** | **56.50 ± 0.71** | 2–3 (no seed 3) |
+| dear | 88.00 ± 0.00 | 60.00 ± 0.00 | **53.00 ± 12.71** | **56.50 ± 6.35** | 2–3 (no seed 3) |
 """
-# dear dsC: 52, 54 -> 53 ± 1.41; its average (60 + 53)/2 = 56.5; per-seed averages 56, 57 -> std 0.71
+# dear dsC: 52, 54 -> 53, std 1.41 (± 12.71); its average (60 + 53)/2 = 56.5; per-seed averages 56, 57 -> std 0.71
+# (± 6.35)
 
 EXPECTED_DG = """\
 | Method | dsA_sketch | Average of targets | n |
@@ -127,7 +131,10 @@ EXPECTED_METRICS = {
         "dear_nomask": {"dsA": {"source": None, "average": None, "seeds": 0}},
         "dear": {"dsA": {"source": None, "average": 42.0, "seeds": 3}},
     },
-    "differences": {"dear_minus_coop": {"base": 1.25, "novel": 10.0, "hm": 7.9899}},
+    # dear - zeroshot on the Average: Base 85 - 65, Novel 57.5 - 70, HM mean(67.7679, 68.5965, 69.3966) - 67.4074
+    "differences": {"dear_minus_zeroshot": {"base": 20.0, "novel": -12.5, "hm": 1.1796},
+                    "dear_minus_coop": {"base": 1.25, "novel": 10.0, "hm": 7.9899},
+                    "dear_minus_dear_nomask": {"base": None, "novel": None, "hm": None}},
 }
 
 
@@ -188,7 +195,8 @@ def write_params(root: Path, **report) -> Path:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["data"]["seeds"] = list(SEEDS)
     params["report"].update(methods=["zeroshot", "coop", "dear_nomask", "dear"], std_ddof=1, std_warning=2.0,
-                            decimals=2, reference=True, loss_smoothing=3, dpi=50, differences=[["dear", "coop"]])
+                            decimals=2, reference=True, loss_smoothing=3, dpi=50, compare="dear", confidence=0.95,
+                            bootstrap_resamples=1000)
     params["report"].update(report)
     path = root / f"params-{len(list(root.glob('params-*')))}.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
@@ -235,15 +243,38 @@ def test_report_matches_the_hand_computed_tables(world):
 
 
 def test_paired_differences_are_per_seed_on_the_seeds_both_methods_have(world):
-    frame = pd.read_csv(world["out"] / "differences.csv")
-    assert set(zip(frame["method"], frame["baseline"])) == {("dear", "coop")}
+    frame = pd.read_csv(world["out"] / "differences.csv", keep_default_na=False, na_values=[""])
+    # report.compare: dear against every other method, listed (dear_nomask: no eval table) or found
+    assert list(dict.fromkeys(zip(frame["method"], frame["baseline"]))) == [
+        ("dear", "zeroshot"), ("dear", "coop"), ("dear", "dear_nomask")]
+    coop = frame[(frame["baseline"] == "coop") & (frame["protocol"] == "base_to_novel")]
     for (dataset, metric), (mean, std) in EXPECTED_DIFFERENCES.items():
-        row = frame[(frame["dataset"] == dataset) & (frame["metric"] == metric)].iloc[0]
+        row = coop[(coop["dataset"] == dataset) & (coop["metric"] == metric)].iloc[0]
         assert (row["mean"], row["std"], row["seeds"]) == (pytest.approx(mean, abs=1e-4), pytest.approx(std, abs=1e-4),
                                                            "1;2")
-    table = table_after((world["out"] / "results.md").read_text(), "### Paired differences")
-    assert "| **Average** | +1.25 ± 5.30 | +10.00 ± 3.54 | +7.99 ± 1.32 | 2 |" in table
-    assert "| dsA | -2.50 ± 10.61 | +5.00 ± 7.07 | +3.03 ± 1.78 | 2 |" in table
+        # paired t over the 2 seeds: mean ± t(0.975, 1) * std / sqrt(2)
+        half = 12.706205 * std / 2 ** 0.5
+        assert (row["seed_low"], row["seed_high"]) == (pytest.approx(mean - half, abs=1e-3),
+                                                       pytest.approx(mean + half, abs=1e-3))
+        assert row["image_low"] < mean < row["image_high"]
+        assert row["verdict"] == "within noise"  # the 2-seed t-interval holds 0 every time
+    # dsB: dear beats coop by 5 base points on every seed (seed interval [5, 5]), by 20 of 100 images each seed
+    dsb = coop[(coop["dataset"] == "dsB") & (coop["metric"] == "base")].iloc[0]
+    assert (dsb["seed_low"], dsb["seed_high"], dsb["verdict"]) == (5.0, 5.0, "better") and dsb["image_low"] > 0
+    nomask = frame[frame["baseline"] == "dear_nomask"]
+    assert nomask["mean"].isna().all() and set(nomask["verdict"]) == {"missing"} and (nomask["n_seeds"] == 0).all()
+    transfer = frame[(frame["baseline"] == "coop") & (frame["protocol"] == "cross_dataset")]
+    # cross-dataset Average of targets: dear (60+52)/2, (60+54)/2 against coop 50 on seeds 1, 2 -> +6, +7
+    average = transfer[transfer["dataset"] == "Average"].iloc[0]
+    assert (average["mean"], average["seeds"]) == (pytest.approx(6.5), "1;2")
+    markdown = (world["out"] / "results.md").read_text()
+    averages = table_after(markdown, "### Averages")
+    assert ("| dear − coop | base-to-novel | HM | +7.99 | [-3.85, +19.83] | [+5.19, +10.92] | *within noise* | 2 |"
+            in averages)
+    assert "| dear − dear_nomask | base-to-novel | HM | — | [—] | [—] | *missing* | 0 |" in averages
+    per_pair = table_after(markdown, "### dear − coop")
+    assert "| dsB | +5.00 [+5.00, +5.00] [+1.00, +9.02] **better** |" in per_pair
+    assert "No seed holds both dear and dear_nomask." in markdown
 
 
 def test_metrics_json_holds_the_averages_with_missing_as_null(world):

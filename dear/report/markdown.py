@@ -30,8 +30,9 @@ class Page:
     decimals: int
     methods: list[str]
     seeds: list[int]
-    ddof: int
     std_warning: float
+    confidence: float
+    resamples: int           # of the paired bootstrap
     n_evals: int
     reference: bool
     heatmaps: list[str]        # file names under the report folder (roles/<ds>.png)
@@ -41,14 +42,16 @@ class Page:
 
 def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None = None,
            streams: pd.DataFrame | None = None) -> str:
-    std_kind = "sample std (n-1)" if page.ddof == 1 else "population std"
     lines = [
         "# Results",
         "",
         f"Aggregated from {page.n_evals} eval tables. Accuracy = 100 · correct / total, summed over the classes "
         f"of each split from the counts in eval.parquet (never from rounded percentages). Each cell is the mean "
-        f"± {std_kind} over seeds; n = seeds the row holds, out of the {_seed_list(page.seeds)} expected "
-        f"(data.seeds). {MISSING} = no result (missing, never zero). **Bold**: the best mean of its column.",
+        f"over seeds ± the half-width of its {page.confidence:.0%} interval over seeds (Student's t with n − 1 "
+        f"degrees of freedom: t · s/√n, so a wide ± with few seeds is honest, not a bug; a single seed has none; "
+        f"std and the interval's ends: results.csv); n = seeds the row holds, out of the {_seed_list(page.seeds)} "
+        f"expected (data.seeds). {MISSING} = no result (missing, never zero). **Bold**: the best mean of its column, "
+        "whether or not it is better beyond noise (that is what the paired differences below say).",
         "",
     ]
     lines += _warnings(results, page)
@@ -91,8 +94,8 @@ def _base_to_novel(rows: pd.DataFrame, page: Page) -> list[str]:
     lines += [
         "Base and Novel are averaged over the datasets; HM is the HM of those two averages (the papers' "
         "convention), so it is not the mean of the datasets' HMs. Per dataset likewise: Base and Novel are each "
-        "seed's accuracy averaged over seeds, HM = 2·B·N/(B+N) of those means; every ± is the std over seeds (for "
-        "HM, of the per-seed HMs). An average is shown only when every dataset has the method.", ""]
+        "seed's accuracy averaged over seeds, HM = 2·B·N/(B+N) of those means; an HM's ± comes from the spread of "
+        "the per-seed HMs. An average is shown only when every dataset has the method.", ""]
     for dataset in datasets:
         lines += [f"### {dataset}", ""] + _b2n_table(rows, dataset, methods, page) + [""]
     return lines
@@ -110,36 +113,86 @@ def _b2n_table(rows: pd.DataFrame, dataset: str, methods: list[str], page: Page)
 
 
 def _differences(frame: pd.DataFrame, page: Page) -> list[str]:
-    """Per dataset, each pair's per-seed paired differences (whatever their sign)."""
-    pairs = list(dict.fromkeys(zip(frame["method"], frame["baseline"])))
-    header = ["Dataset"] + [f"{m} − {b}: {METRIC_NAMES[k]}" for m, b in pairs for k in B2N_METRICS] + ["n"]
-    body = []
-    for dataset in [AVERAGE] + [d for d in dict.fromkeys(frame["dataset"]) if d != AVERAGE]:
-        mine = frame[frame["dataset"] == dataset]
-        cells, counts = [], set()
-        for method, baseline in pairs:
-            for metric in B2N_METRICS:
-                row = mine[(mine["method"] == method) & (mine["baseline"] == baseline) & (mine["metric"] == metric)]
-                if row.empty or np.isnan(row.iloc[0]["mean"]):
-                    cells.append(MISSING)
-                    continue
-                row = row.iloc[0]
-                counts.add(int(row["n_seeds"]))
-                std = "" if np.isnan(row["std"]) else f" ± {_num(row['std'], page.decimals)}"
-                cells.append(f"{row['mean']:+.{page.decimals}f}{std}")
-        label = f"**{AVERAGE}**" if dataset == AVERAGE else dataset
-        body.append([label] + cells + ["–".join(map(str, sorted(counts))) or "0"])
-    return ["### Paired differences", "",
-            "Per seed, the first method's accuracy minus the baseline's on the same few-shot sample and the same "
-            "test images, then mean ± std over the seeds both have (positive: the first method is better). "
-            "The Average compares per-seed averages over the datasets (HM of the averaged Base and Novel).", ""] \
-        + _table(header, body) + [""]
+    """The Averages of every pair first, then per pair one table per dataset row (base-to-novel, transfer)."""
+    pct = f"{page.confidence:.0%}"
+    lines = ["## Paired differences", "",
+             f"Δ = the first method's number minus the other's, per seed on the same few-shot sample and the same "
+             f"test images, averaged over the seeds both have (positive: the first method is better). Then the {pct} "
+             f"interval over seeds (paired Student's t) and the {pct} interval over test images (paired percentile "
+             f"bootstrap of the images, {page.resamples} resamples, the seeds held fixed). **better** / **worse**: "
+             "both intervals exclude 0 on that side; otherwise *within noise*. With one seed the verdict rests on the "
+             "test images alone and says so. The intervals are per comparison, not adjusted for the many comparisons "
+             "of this page: read the Averages first. Every number: differences.csv.", ""]
+    averages = frame[frame["dataset"] == AVERAGE]
+    body = [[f"{row.method} − {row.baseline}", _where(row), METRIC_NAMES.get(row.metric, "Accuracy"),
+             _delta(row.mean, page), _interval(row.seed_low, row.seed_high, page),
+             _interval(row.image_low, row.image_high, page), _verdict(row.verdict), str(row.n_seeds)]
+            for row in averages.itertuples(index=False)]
+    lines += ["### Averages", ""] + _table(["Pair", "Protocol", "Metric", "Δ", f"{pct} seeds", f"{pct} images",
+                                             "Verdict", "n"], body) + [""]
+    for (method, baseline), pair in frame.groupby(["method", "baseline"], sort=False):
+        lines += [f"### {method} − {baseline}", ""]
+        if pair["mean"].isna().all():
+            lines += [f"No seed holds both {method} and {baseline}.", ""]
+            continue
+        lines += ["Each cell: Δ [interval over seeds] [interval over test images] verdict.", ""]
+        b2n = pair[pair["protocol"] == "base_to_novel"]
+        if not b2n.empty:
+            rows = [[f"**{d}**" if d == AVERAGE else d] + [_difference(b2n, d, metric, page) for metric in B2N_METRICS]
+                    + [_seeds_of(b2n[b2n["dataset"] == d])] for d in _average_first(b2n["dataset"])]
+            lines += _table(["Dataset", "Base", "Novel", "HM", "n"], rows) + [""]
+        transfer = pair[pair["protocol"] != "base_to_novel"]
+        if not transfer.empty:
+            rows = [[_where(row), row.dataset + (" (source)" if row.dataset == row.source else ""),
+                     _difference(transfer[(transfer["protocol"] == row.protocol) & (transfer["source"] == row.source)],
+                                 row.dataset, "accuracy", page), str(row.n_seeds)]
+                    for row in transfer.itertuples(index=False)]
+            lines += _table(["Protocol", "Target", "Accuracy", "n"], rows) + [""]
+    return lines
+
+
+def _where(row) -> str:
+    return "base-to-novel" if row.protocol == "base_to_novel" else f"{PROTOCOL_TITLES[row.protocol]} from {row.source}"
+
+
+def _average_first(datasets) -> list[str]:
+    found = list(dict.fromkeys(datasets))
+    return [AVERAGE] * (AVERAGE in found) + [d for d in found if d != AVERAGE]
+
+
+def _difference(rows: pd.DataFrame, dataset: str, metric: str, page: Page) -> str:
+    match = rows[(rows["dataset"] == dataset) & (rows["metric"] == metric)]
+    if match.empty or np.isnan(match.iloc[0]["mean"]):
+        return MISSING
+    row = match.iloc[0]
+    return (f"{_delta(row['mean'], page)} {_interval(row['seed_low'], row['seed_high'], page)} "
+            f"{_interval(row['image_low'], row['image_high'], page)} {_verdict(row['verdict'])}")
+
+
+def _delta(value: float, page: Page) -> str:
+    return MISSING if np.isnan(value) else f"{value:+.{page.decimals}f}"
+
+
+def _interval(low: float, high: float, page: Page) -> str:
+    if np.isnan(low) or np.isnan(high):
+        return "[—]"
+    return f"[{low:+.{page.decimals}f}, {high:+.{page.decimals}f}]"
+
+
+def _verdict(text: str) -> str:
+    word, _, rest = text.partition(" ")
+    return f"**{word}**{' ' + rest if rest else ''}" if word in ("better", "worse") else f"*{text}*"
+
+
+def _seeds_of(rows: pd.DataFrame) -> str:
+    counts = sorted(set(rows["n_seeds"]))
+    return "–".join(map(str, [counts[0], counts[-1]] if len(counts) > 1 else counts)) if counts else "0"
 
 
 def _streams(frame: pd.DataFrame, page: Page) -> list[str]:
     """Each stream's own accuracy: the CLS stream and every attribute / representation stream."""
     lines = ["### Each stream's own accuracy", "",
-             "Top-1 of every logit stream alone (mean ± std over seeds): `cls` is the CLS feature, the concepts "
+             "Top-1 of every logit stream alone (mean ± interval over seeds, as above): `cls` is the CLS feature, the concepts "
              "are DeAR's attribute streams, `rep` is MMRL's representation feature. The methods' outputs above "
              "fuse them on base classes and use `cls` alone on novel classes (fusion.novel).", ""]
     for dataset in dict.fromkeys(frame["dataset"]):
@@ -155,9 +208,7 @@ def _streams(frame: pd.DataFrame, page: Page) -> list[str]:
                     if row.empty or np.isnan(row.iloc[0]["mean"]):
                         cells.append(MISSING)
                     else:
-                        std = row.iloc[0]["std"]
-                        cells.append(_num(row.iloc[0]["mean"], page.decimals)
-                                     + ("" if np.isnan(std) else f" ± {_num(std, page.decimals)}"))
+                        cells.append(_num(row.iloc[0]["mean"], page.decimals) + _pm(row.iloc[0], page.decimals))
                 body.append([method, split] + cells)
         lines += [f"#### {dataset}", ""] + _table(["Method", "Split"] + streams, body) + [""]
     return lines
@@ -216,15 +267,19 @@ def _pictures(page: Page) -> list[str]:
 # --- formatting ------------------------------------------------------------------
 
 def _cell(rows: pd.DataFrame, dataset: str, method: str, metric: str, decimals: int) -> tuple[str, pd.Series | None]:
-    """'mean ± std' of one number, '—' when it is missing; also the row it came from."""
+    """'mean ± half-width of its interval' of one number, '—' when it is missing; also the row it came from."""
     match = rows[(rows["dataset"] == dataset) & (rows["method"] == method) & (rows["metric"] == metric)]
     if match.empty or np.isnan(match.iloc[0]["mean"]):
         return MISSING, None
     row = match.iloc[0]
-    text = _num(row["mean"], decimals)
-    if not np.isnan(row["std"]):
-        text += f" ± {_num(row['std'], decimals)}"
-    return text, row
+    return _num(row["mean"], decimals) + _pm(row, decimals), row
+
+
+def _pm(row: pd.Series, decimals: int) -> str:
+    """' ± h', h the half-width of the row's interval over seeds ('' without one)."""
+    if np.isnan(row["ci_low"]) or np.isnan(row["ci_high"]):
+        return ""
+    return f" ± {_num((row['ci_high'] - row['ci_low']) / 2, decimals)}"
 
 
 def _best(rows: pd.DataFrame, dataset: str, methods: list[str], metric: str) -> float:

@@ -6,7 +6,7 @@ memory, and only then writes the output folder, which replaces the old one
 as a whole (`dear.io.output_folder`):
 
     results.md, results.csv        tables per protocol (dear.report.tables / markdown), pictures linked
-    differences.csv                per-seed paired differences (report.differences) per dataset
+    differences.csv                paired differences (report.compare against each method) with intervals and verdicts
     streams.csv                    each logit stream's own accuracy per dataset and method
     metrics.json                   averages per protocol and method, for `dvc metrics/exp show`
     provenance.json                params, input hashes and versions behind the report
@@ -28,7 +28,7 @@ from dear.errors import DearError
 from dear.io import output_folder, provenance, read_parquet, write_bytes, write_json
 from dear.params import Params
 from dear.model import ablation
-from dear.report import markdown, plots, tables
+from dear.report import markdown, paired, plots, tables
 from dear.report.train_logs import read_train_logs
 from dear.results import read_evals, seed_accuracy
 
@@ -53,7 +53,8 @@ class Outputs:
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     conventions = tables.Conventions(methods=list(params.report.methods), seeds=list(params.data.seeds),
-                                     ddof=params.report.std_ddof, std_warning=params.report.std_warning)
+                                     ddof=params.report.std_ddof, std_warning=params.report.std_warning,
+                                     confidence=params.report.confidence)
     every_stream = read_evals(inputs.evals, streams=True)
     evals = every_stream[every_stream["stream"] == "output"]
     logs = read_train_logs(inputs.train_logs)
@@ -61,11 +62,13 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     ablations = read_ablations(inputs.roles)
     per_seed = seed_accuracy(evals)
     results = tables.aggregate(per_seed, conventions)
-    differences = tables.differences(per_seed, [tuple(pair) for pair in params.report.differences], conventions)
+    differences = paired.differences(evals, comparisons(params.report, evals), paired.Options(
+        confidence=params.report.confidence, resamples=params.report.bootstrap_resamples, ddof=params.report.std_ddof))
     streams = tables.stream_accuracy(seed_accuracy(every_stream), conventions)
 
     page = markdown.Page(decimals=params.report.decimals, methods=conventions.methods, seeds=conventions.seeds,
-                         ddof=conventions.ddof, std_warning=conventions.std_warning, n_evals=len(set(inputs.evals)),
+                         std_warning=conventions.std_warning, n_evals=len(set(inputs.evals)),
+                         confidence=params.report.confidence, resamples=params.report.bootstrap_resamples,
                          reference=params.report.reference, heatmaps=[f"roles/{name}.png" for name in heatmaps],
                          has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()})
     files = {
@@ -89,6 +92,12 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         write_json(folder / "metrics.json", metrics(results, differences))
         write_json(folder / "provenance.json", {"provenance": record})
     _log_summary(results, outputs.folder)
+
+
+def comparisons(report, evals: pd.DataFrame) -> list[tuple[str, str]]:
+    """(report.compare, other) for every other method, listed or found, in the tables' row order."""
+    return [(report.compare, other) for other in tables.method_order(report.methods, evals["method"])
+            if other != report.compare]
 
 
 def read_heatmaps(paths: list[Path]) -> dict[str, bytes]:
@@ -129,7 +138,8 @@ def metrics(results: pd.DataFrame, differences: pd.DataFrame | None = None) -> d
     """
     out: dict = {}
     if differences is not None:
-        for row in differences[differences["dataset"] == tables.AVERAGE].itertuples(index=False):
+        average = differences[(differences["dataset"] == tables.AVERAGE) & (differences["protocol"] == "base_to_novel")]
+        for row in average.itertuples(index=False):
             out.setdefault("differences", {}).setdefault(f"{row.method}_minus_{row.baseline}", {})[row.metric] = \
                 _rounded(row.mean)
     averages = results[results["row"] == "average"]
