@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dear.report import reference
 from dear.report.tables import AVERAGE, B2N_METRICS, method_order
 
 MISSING = "—"
@@ -38,10 +37,11 @@ class Page:
     heatmaps: list[str]        # file names under the report folder (roles/<ds>.png)
     has_loss: bool
     ablations: dict[str, list[str]] = field(default_factory=dict)  # dataset -> markdown table of the role validation
+    setting_problems: list[str] = field(default_factory=list)  # why the published numbers are not comparable
 
 
 def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None = None,
-           streams: pd.DataFrame | None = None) -> str:
+           streams: pd.DataFrame | None = None, published: pd.DataFrame | None = None) -> str:
     lines = [
         "# Results",
         "",
@@ -65,7 +65,7 @@ def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None =
         lines += _transfer(results[results["protocol"] == protocol], title, page)
     lines += _roles(page)
     if page.reference:
-        lines += _reference()
+        lines += _published(published, page.setting_problems, page)
     lines += _pictures(page)
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -250,11 +250,37 @@ def _roles(page: Page) -> list[str]:
     return lines
 
 
-def _reference() -> list[str]:
-    header = ["Method (published)", "Base", "Novel", "HM"]
-    body = [[name] + ["not reported" if v is None else f"{v:.2f}" for v in values]
-            for name, *values in reference.BASE_TO_NOVEL]
-    return ["## Reference: published numbers (not measured here)", "", reference.CAPTION, ""] + _table(header, body) + [""]
+def _published(frame: pd.DataFrame, problems: list[str], page: Page) -> list[str]:
+    """Published numbers beside ours, in their own section; or why there are none for this run."""
+    lines = ["## Published numbers beside ours", ""]
+    if problems:
+        return lines + ["Not shown: the published numbers were measured with OpenAI's ViT-B/16, 16 shots per class, "
+                        "on CoOp's datasets, and this run is not in that setting (" + "; ".join(problems) + "), so "
+                        "none of its numbers is comparable to a paper's.", ""]
+    pct = f"{page.confidence:.0%}"
+    lines += [f"Comparable in setting: this run uses OpenAI's ViT-B/16, 16 shots per class and CoOp's datasets and "
+              f"splits, as the papers do. Published: the authors' means over their own seeds; ours: the means of the "
+              f"tables above (our implementations of their recipes). Δ = ours − published; *in our interval*: the "
+              f"published value lies inside our {pct} interval over seeds (— with one seed). An Average is compared "
+              f"only when ours covers the published datasets exactly. Kept out of the measured tables; every row: "
+              f"published.csv.", ""]
+    if frame.empty:
+        return lines + ["No method and dataset of this run has a published number.", ""]
+    body = [[row.method, _where_published(row), METRIC_NAMES.get(row.metric, "Accuracy"),
+             _num(row.published, page.decimals), _num(row.ours, page.decimals), _delta(row.difference, page),
+             MISSING if row.inside is None else ("yes" if row.inside else "no"),
+             row.published_source + (" ⚠" if row.flag else "")]
+            for row in frame.itertuples(index=False)]
+    lines += _table(["Method", "Dataset", "Metric", "Published", "Ours", "Δ", "In our interval", "Source"], body)
+    flags = [f"- ⚠ {row.method} · {row.dataset} · {METRIC_NAMES.get(row.metric, row.metric)}: {row.flag} "
+             "(shown as published)" for row in frame.itertuples(index=False) if row.flag]
+    return lines + [""] + (flags + [""] if flags else [])
+
+
+def _where_published(row) -> str:
+    if row.protocol == "base_to_novel":
+        return row.dataset
+    return f"{PROTOCOL_TITLES[row.protocol]} from {row.source}: {row.dataset}"
 
 
 def _pictures(page: Page) -> list[str]:

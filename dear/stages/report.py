@@ -8,6 +8,7 @@ as a whole (`dear.io.output_folder`):
     results.md, results.csv        tables per protocol (dear.report.tables / markdown), pictures linked
     differences.csv                paired differences (report.compare against each method) with intervals and verdicts
     streams.csv                    each logit stream's own accuracy per dataset and method
+    published.csv                  published numbers beside ours (rows only for a run in their setting)
     metrics.json                   averages per protocol and method, for `dvc metrics/exp show`
     provenance.json                params, input hashes and versions behind the report
     base_novel.png, loss_curves.png, roles/<dataset>.png
@@ -28,7 +29,7 @@ from dear.errors import DearError
 from dear.io import output_folder, provenance, read_parquet, write_bytes, write_json
 from dear.params import Params
 from dear.model import ablation
-from dear.report import markdown, paired, plots, tables
+from dear.report import markdown, paired, plots, reference, tables
 from dear.report.train_logs import read_train_logs
 from dear.results import read_evals, seed_accuracy
 
@@ -66,16 +67,21 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         confidence=params.report.confidence, resamples=params.report.bootstrap_resamples, ddof=params.report.std_ddof))
     streams = tables.stream_accuracy(seed_accuracy(every_stream), conventions)
 
+    problems = reference.setting_problems(params)
+    published = reference.beside(results) if params.report.reference and not problems \
+        else pd.DataFrame(columns=reference.COLUMNS)  # the file is always there; rows only in the published setting
     page = markdown.Page(decimals=params.report.decimals, methods=conventions.methods, seeds=conventions.seeds,
                          std_warning=conventions.std_warning, n_evals=len(set(inputs.evals)),
                          confidence=params.report.confidence, resamples=params.report.bootstrap_resamples,
                          reference=params.report.reference, heatmaps=[f"roles/{name}.png" for name in heatmaps],
-                         has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()})
+                         has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()},
+                         setting_problems=problems)
     files = {
-        "results.md": markdown.render(results, page, differences, streams).encode(),
+        "results.md": markdown.render(results, page, differences, streams, published).encode(),
         "results.csv": _csv(results),
         "differences.csv": _csv(differences),
         "streams.csv": _csv(streams),
+        "published.csv": _csv(published),
         "base_novel.png": plots.base_novel_png(results, conventions.methods, params.report.dpi),
         "loss_curves.png": plots.loss_png(logs, conventions.methods, params.report.loss_smoothing,
                                           params.report.dpi),
@@ -84,7 +90,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         "plots/loss.csv": _csv(logs),
     }
     files.update({f"roles/{name}.png": data for name, data in heatmaps.items()})
-    record = provenance({"report": params.report, "seeds": params.data.seeds}, inputs=_input_paths(inputs))
+    record = provenance({"report": params.report, "seeds": params.data.seeds, "model": params.model,
+                         "data": params.data}, inputs=_input_paths(inputs))
 
     with output_folder(outputs.folder, Outputs.FILES) as folder:  # also drops pictures of datasets no longer given
         for name, data in files.items():

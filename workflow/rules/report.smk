@@ -14,6 +14,7 @@ rule report:
         rooted("report/results.csv"),
         rooted("report/differences.csv"),
         rooted("report/streams.csv"),
+        rooted("report/published.csv"),
         rooted("report/metrics.json"),
         rooted("report/provenance.json"),
         rooted("report/base_novel.png"),
