@@ -475,3 +475,48 @@ def test_no_eval_tables_and_stray_arguments_are_refused(world, tmp_path):
     result = CliRunner().invoke(app, ["report", "--params", str(world["params"]), "--out", str(out), "--evalz", "a"])
     assert result.exit_code == 2 and "no such option: --evalz" in result.output
     assert not out.exists()
+
+
+def test_unseen_classes_are_shown_under_both_inferences_from_the_same_evaluation(tmp_path):
+    """dear (streams cls, color and fused) and coop (cls only) on dsA, seeds 1-2, evaluated with fusion.novel: cls.
+
+    dear's novel classes: 60 % by the CLS stream (its output), 70 % by the fused logits; base 80 % fused (and
+    output). Cross-dataset from dsA: dsB 50 % by CLS (output), 40 % fused; the source dsA 90 % fused either way.
+    """
+    evals = []
+    for seed in (1, 2):
+        rows = []
+        for stream, base, novel in (("output", 80, 60), ("fused", 80, 70), ("cls", 75, 60), ("color", 20, 10)):
+            rows += [{**r, "stream": stream} for r in split_rows("dear", "dsA", seed, "base_to_novel", "dsA", "base",
+                                                                 base)]
+            rows += [{**r, "stream": stream} for r in split_rows("dear", "dsA", seed, "base_to_novel", "dsA", "novel",
+                                                                 novel, first_label=4)]
+        for stream, source, target in (("output", 90, 50), ("fused", 90, 40), ("cls", 85, 50), ("color", 10, 5)):
+            rows += [{**r, "stream": stream} for r in split_rows("dear", "dsA", seed, "cross_dataset", "dsA", "all",
+                                                                 source)]
+            rows += [{**r, "stream": stream} for r in split_rows("dear", "dsA", seed, "cross_dataset", "dsB", "all",
+                                                                 target)]
+        coop = [{**r, "stream": stream} for stream in ("output", "fused", "cls")
+                for r in split_rows("coop", "dsA", seed, "base_to_novel", "dsA", "base", 70)
+                + split_rows("coop", "dsA", seed, "base_to_novel", "dsA", "novel", 50, first_label=4)]
+        for method, table in (("dear", rows), ("coop", coop)):
+            evals.append(tmp_path / method / f"seed{seed}" / "eval.parquet")
+            write_eval(evals[-1], table, provenance={"params": {"fusion": {"novel": "cls"}}, "seed": seed})
+    result = invoke(write_params(tmp_path, methods=["coop", "dear"]), tmp_path / "report", evals)
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(tmp_path / "report/inference.csv")
+    assert set(frame["method"]) == {"dear"}  # coop fuses nothing: both inferences are its CLS stream
+    average = frame[(frame["dataset"] == "Average") & (frame["protocol"] == "base_to_novel")]
+    value = {(row.inference, row.metric): row.mean for row in average.itertuples()}
+    assert value[("cls", "novel")] == 60 and value[("fused", "novel")] == 70
+    assert value[("cls", "base")] == value[("fused", "base")] == 80
+    assert value[("fused", "hm")] == pytest.approx(2 * 80 * 70 / 150)
+    cross = frame[(frame["protocol"] == "cross_dataset") & (frame["dataset"] != "Average")]
+    assert {(row.inference, row.dataset): row.mean for row in cross.itertuples()} == {
+        ("cls", "dsA"): 90, ("cls", "dsB"): 50, ("fused", "dsA"): 90, ("fused", "dsB"): 40}
+    markdown = (tmp_path / "report/results.md").read_text()
+    assert "use `fusion.novel: cls` on unseen classes" in markdown
+    table = table_after(markdown, "### Unseen classes both ways")
+    assert table.splitlines()[0] == ("| Method | Novel · cls | Novel · fused | HM · cls | HM · fused | "
+                                     "Cross-dataset from dsA · cls | Cross-dataset from dsA · fused |")
+    assert table.splitlines()[2] == "| dear | 60.00 ± 0.00 | 70.00 ± 0.00 | 68.57 ± 0.00 | 74.67 ± 0.00 | 50.00 ± 0.00 | 40.00 ± 0.00 |"

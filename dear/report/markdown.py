@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dear.report.tables import AVERAGE, B2N_METRICS, method_order
+from dear.report.tables import AVERAGE, B2N_METRICS, INFERENCES, method_order
 
 MISSING = "—"
 PROTOCOL_TITLES = {"cross_dataset": "Cross-dataset", "domain_generalization": "Domain generalization"}
@@ -38,10 +38,12 @@ class Page:
     has_loss: bool
     ablations: dict[str, list[str]] = field(default_factory=dict)  # dataset -> markdown table of the role validation
     setting_problems: list[str] = field(default_factory=list)  # why the published numbers are not comparable
+    inference: str = "cls"   # fusion.novel of the eval tables: what the main tables use on unseen classes
 
 
 def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None = None,
-           streams: pd.DataFrame | None = None, published: pd.DataFrame | None = None) -> str:
+           streams: pd.DataFrame | None = None, published: pd.DataFrame | None = None,
+           inferences: pd.DataFrame | None = None) -> str:
     lines = [
         "# Results",
         "",
@@ -57,6 +59,8 @@ def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None =
     lines += _warnings(results, page)
     b2n = results[results["protocol"] == "base_to_novel"]
     lines += _base_to_novel(b2n, page)
+    if inferences is not None and not inferences.empty:
+        lines += _inferences(inferences, page)
     if differences is not None and not differences.empty:
         lines += _differences(differences, page)
     if streams is not None and not streams.empty:
@@ -110,6 +114,32 @@ def _b2n_table(rows: pd.DataFrame, dataset: str, methods: list[str], page: Page)
         texts = [_bold(text, row, best[metric]) for (text, row), metric in zip(cells[method], B2N_METRICS)]
         body.append([method] + texts + [_n_text([r for _, r in cells[method]], page)])
     return _table(["Method", "Base", "Novel", "HM", "n"], body)
+
+
+def _inferences(frame: pd.DataFrame, page: Page) -> list[str]:
+    """Unseen classes under both inferences, Averages only (every dataset: inference.csv)."""
+    averages = frame[frame["row"] == "average"]
+    columns = [("base_to_novel", "", "novel", "Novel"), ("base_to_novel", "", "hm", "HM")]
+    for protocol in ("cross_dataset", "domain_generalization"):
+        for source in dict.fromkeys(averages.loc[averages["protocol"] == protocol, "source"]):
+            columns.append((protocol, source, "accuracy", f"{PROTOCOL_TITLES[protocol]} from {source}"))
+    header = ["Method"] + [f"{title} · {inference}" for *_, title in columns for inference in INFERENCES]
+    body = []
+    for method in [m for m in method_order(page.methods, averages["method"]) if m in set(averages["method"])]:
+        cells = []
+        for protocol, source, metric, _ in columns:
+            for inference in INFERENCES:
+                rows = averages[(averages["inference"] == inference) & (averages["protocol"] == protocol)
+                                & (averages["source"] == source)]
+                cells.append(_cell(rows, AVERAGE, method, metric, page.decimals)[0])
+        body.append([method] + cells)
+    return ["### Unseen classes both ways", "",
+            f"The tables on this page use `fusion.novel: {page.inference}` on unseen classes (novel classes, "
+            "cross-dataset and domain targets), as the eval tables record. Beside it, each method that fuses several "
+            "streams under both inferences, from the same trained model and the same evaluation: `cls` = the CLS "
+            "stream alone (MMRL's decoupled inference), `fused` = the fused logits with the α fitted on base "
+            "classes. Seen classes (Base, a transfer model's source) use the fused logits either way. Averages, "
+            "mean ± interval over seeds as above; every dataset: inference.csv.", ""] + _table(header, body) + [""]
 
 
 def _differences(frame: pd.DataFrame, page: Page) -> list[str]:

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from dear.report import stats
-from dear.results import FUSED, OUTPUT, harmonic_mean
+from dear.results import FUSED, OUTPUT, harmonic_mean, seed_accuracy
 
 B2N_METRICS = ("base", "novel", "hm")
 AVERAGE = "Average"
@@ -183,3 +183,37 @@ def stream_accuracy(per_seed_streams: pd.DataFrame, conv: Conventions) -> pd.Dat
                             "std": float(values.std(ddof=conv.ddof)) if len(values) > conv.ddof else np.nan,
                             "ci_low": low, "ci_high": high, "n_seeds": len(values)})
     return pd.DataFrame(records, columns=STREAM_COLUMNS)
+
+
+# --- unseen classes under both inferences (SPEC §6) --------------------------------
+
+INFERENCES = ("cls", FUSED)  # fusion.novel: the CLS stream alone, or the fused logits, on unseen classes
+
+
+def under_inference(every_stream: pd.DataFrame, inference: str) -> pd.DataFrame:
+    """The output rows as `inference` would make them: seen classes unchanged (fused), unseen ones from that stream.
+
+    Seen: base-to-novel base classes, and a transfer model's own source; unseen: novel classes and every other
+    target. Only methods that have streams besides CLS (their fusion has something to choose) are kept.
+    """
+    fusing = set(every_stream.loc[~every_stream["stream"].isin([OUTPUT, FUSED, "cls"]), "method"])
+    rows = every_stream[every_stream["method"].isin(fusing)]
+    seen = (rows["split"] == "base") | ((rows["protocol"] != "base_to_novel") & (rows["target"] == rows["source"]))
+    chosen = rows[((rows["stream"] == OUTPUT) & seen) | ((rows["stream"] == inference) & ~seen)]
+    return chosen.assign(stream=OUTPUT)
+
+
+def both_inferences(every_stream: pd.DataFrame, conv: Conventions) -> pd.DataFrame:
+    """`aggregate` of each inference, one frame with an `inference` column first (empty: no fusing method)."""
+    frames = []
+    for inference in INFERENCES:
+        rows = under_inference(every_stream, inference)
+        if not rows.empty:
+            per_seed = seed_accuracy(rows.drop(columns="stream"))
+            listed = Conventions([m for m in conv.methods if m in set(rows["method"])], conv.seeds, conv.ddof,
+                                 conv.std_warning, conv.confidence)
+            frames.append(aggregate(per_seed, listed).assign(inference=inference))
+    if not frames:
+        return pd.DataFrame(columns=["inference"] + COLUMNS)
+    frame = pd.concat(frames, ignore_index=True)
+    return frame[["inference"] + [c for c in frame.columns if c != "inference"]]

@@ -9,6 +9,7 @@ as a whole (`dear.io.output_folder`):
     differences.csv                paired differences (report.compare against each method) with intervals and verdicts
     streams.csv                    each logit stream's own accuracy per dataset and method
     published.csv                  published numbers beside ours (rows only for a run in their setting)
+    inference.csv                  unseen classes under both inferences (fusion.novel cls / fused), every dataset
     metrics.json                   averages per protocol and method, for `dvc metrics/exp show`
     provenance.json                params, input hashes and versions behind the report
     base_novel.png, loss_curves.png, roles/<dataset>.png
@@ -26,7 +27,7 @@ from typing import ClassVar
 import pandas as pd
 
 from dear.errors import DearError
-from dear.io import output_folder, provenance, read_parquet, write_bytes, write_json
+from dear.io import output_folder, provenance, read_parquet, read_provenance, write_bytes, write_json
 from dear.params import Params
 from dear.model import ablation
 from dear.report import markdown, paired, plots, reference, tables
@@ -66,6 +67,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     differences = paired.differences(evals, comparisons(params.report, evals), paired.Options(
         confidence=params.report.confidence, resamples=params.report.bootstrap_resamples, ddof=params.report.std_ddof))
     streams = tables.stream_accuracy(seed_accuracy(every_stream), conventions)
+    inferences = tables.both_inferences(every_stream, conventions)
 
     problems = reference.setting_problems(params)
     published = reference.beside(results) if params.report.reference and not problems \
@@ -75,13 +77,14 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                          confidence=params.report.confidence, resamples=params.report.bootstrap_resamples,
                          reference=params.report.reference, heatmaps=[f"roles/{name}.png" for name in heatmaps],
                          has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()},
-                         setting_problems=problems)
+                         setting_problems=problems, inference=main_inference(inputs.evals))
     files = {
-        "results.md": markdown.render(results, page, differences, streams, published).encode(),
+        "results.md": markdown.render(results, page, differences, streams, published, inferences).encode(),
         "results.csv": _csv(results),
         "differences.csv": _csv(differences),
         "streams.csv": _csv(streams),
         "published.csv": _csv(published),
+        "inference.csv": _csv(inferences),
         "base_novel.png": plots.base_novel_png(results, conventions.methods, params.report.dpi),
         "loss_curves.png": plots.loss_png(logs, conventions.methods, params.report.loss_smoothing,
                                           params.report.dpi),
@@ -99,6 +102,13 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         write_json(folder / "metrics.json", metrics(results, differences))
         write_json(folder / "provenance.json", {"provenance": record})
     _log_summary(results, outputs.folder)
+
+
+def main_inference(evals: list[Path]) -> str:
+    """fusion.novel as the eval tables record it ('cls', 'fused', or both named when they disagree)."""
+    found = sorted({str(read_provenance(path).get("params", {}).get("fusion", {}).get("novel", "not recorded"))
+                    for path in evals})
+    return " and ".join(found) if found else "not recorded"
 
 
 def comparisons(report, evals: pd.DataFrame) -> list[tuple[str, str]]:

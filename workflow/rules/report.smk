@@ -15,6 +15,7 @@ rule report:
         rooted("report/differences.csv"),
         rooted("report/streams.csv"),
         rooted("report/published.csv"),
+        rooted("report/inference.csv"),
         rooted("report/metrics.json"),
         rooted("report/provenance.json"),
         rooted("report/base_novel.png"),
