@@ -10,6 +10,7 @@ on dsC. All expected numbers below are worked out by hand in the comments.
 import io
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -520,3 +521,57 @@ def test_unseen_classes_are_shown_under_both_inferences_from_the_same_evaluation
     assert table.splitlines()[0] == ("| Method | Novel · cls | Novel · fused | HM · cls | HM · fused | "
                                      "Cross-dataset from dsA · cls | Cross-dataset from dsA · fused |")
     assert table.splitlines()[2] == "| dear | 60.00 ± 0.00 | 70.00 ± 0.00 | 68.57 ± 0.00 | 74.67 ± 0.00 | 50.00 ± 0.00 | 40.00 ± 0.00 |"
+
+
+EXPECTED_PAPER_AVERAGE = """\
+## Average over 2 datasets
+
+| Method | Base | Novel | HM |
+| --- | --- | --- | --- |
+| zeroshot | 65.00 | **70.00** | 67.41 |
+| coop | 82.50 | 47.50 | 60.29 |
+| dear_nomask | — | — | — |
+| dear | **85.00** | 57.50 | **68.60** |
+"""
+
+
+def test_paper_tables_in_the_papers_layout_as_csv_markdown_and_latex(world):
+    paper = world["out"] / "paper"
+    assert sorted(p.name for p in paper.iterdir()) == sorted(
+        f"{protocol}.{kind}" for protocol in ("base_to_novel", "cross_dataset", "domain_generalization")
+        for kind in ("csv", "md", "tex"))
+    b2n = (paper / "base_to_novel.md").read_text()
+    assert EXPECTED_PAPER_AVERAGE in b2n and b2n.index("## Average") < b2n.index("## dsA") < b2n.index("## dsB")
+    csv = pd.read_csv(paper / "base_to_novel.csv", keep_default_na=False, na_values=[""])
+    assert list(csv.columns) == ["dataset", "method", "Base", "Novel", "HM", "best"]
+    best = dict(zip(zip(csv["dataset"], csv["method"]), csv["best"]))
+    assert best[("dsA", "coop")] == "Base" and best[("dsA", "dear")] == "Base"  # a tie: both best
+    assert best[("Average", "dear")] == "Base;HM" and best[("Average", "zeroshot")] == "Novel"
+    cross = pd.read_csv(paper / "cross_dataset.csv")
+    assert list(cross.columns) == ["source", "method", "dsA (source)", "dsB", "dsC", "Average", "best"]
+    assert cross[cross["method"] == "dear"]["Average"].iloc[0] == 56.5
+    tex = (paper / "base_to_novel.tex").read_text()
+    assert tex.count("\\begin{tabular}{lccc}") == 3 == tex.count("\\bottomrule") == tex.count("\\toprule")
+    assert "dear\\_nomask & -- & -- & -- \\\\" in tex
+    assert "dear & \\textbf{85.00} & 57.50 & \\textbf{68.60} \\\\" in tex
+    cross_tex = (paper / "cross_dataset.tex").read_text()
+    assert "\\begin{tabular}{lcccc}" in cross_tex and "Method & dsA (source) & dsB & dsC & Average \\\\" in cross_tex
+    for name in ("base_to_novel", "cross_dataset", "domain_generalization"):
+        for line in (paper / f"{name}.tex").read_text().splitlines():
+            if line.endswith("\\\\") and not line.startswith("\\multicolumn"):
+                columns = (paper / f"{name}.tex").read_text().split("\\begin{tabular}{l")[1].split("}")[0]
+                assert line.count("&") == len(columns), line
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no TeX engine (apt-get install texlive-latex-base "
+                                                              "texlive-latex-recommended)")
+def test_paper_latex_tables_compile_with_booktabs(world, tmp_path):
+    for name in ("base_to_novel", "cross_dataset", "domain_generalization"):
+        shutil.copy(world["out"] / "paper" / f"{name}.tex", tmp_path / f"{name}.tex")
+        (tmp_path / f"main-{name}.tex").write_text(
+            "\\documentclass{article}\n\\usepackage[utf8]{inputenc}\n\\usepackage{booktabs}\n\\begin{document}\n"
+            f"\\begin{{table*}}\\centering\\small\n\\input{{{name}}}\n\\end{{table*}}\n\\end{{document}}\n")
+        result = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", f"main-{name}.tex"],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout[-2000:]
+        assert (tmp_path / f"main-{name}.pdf").stat().st_size > 1000

@@ -14,6 +14,7 @@ as a whole (`dear.io.output_folder`):
     provenance.json                params, input hashes and versions behind the report
     base_novel.png, loss_curves.png, roles/<dataset>.png
     plots/base_novel.csv, plots/transfer.csv, plots/loss.csv   data of `dvc plots`
+    paper/<protocol>.csv|md|tex    the papers' table layouts, best per column in bold (dear.report.paper)
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dear.errors import DearError
 from dear.io import output_folder, provenance, read_parquet, read_provenance, write_bytes, write_json
 from dear.params import Params
 from dear.model import ablation
-from dear.report import markdown, paired, plots, reference, tables
+from dear.report import markdown, paired, paper, plots, reference, tables
 from dear.report.train_logs import read_train_logs
 from dear.results import read_evals, seed_accuracy
 
@@ -50,7 +51,7 @@ class Inputs:
 class Outputs:
     folder: Path  # gets the files listed in the module docstring
     FILES: ClassVar[tuple[str, ...]] = ("results.md", "*.csv", "metrics.json", "provenance.json", "*.png", "plots",
-                                        "roles")
+                                        "roles", "paper")
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
@@ -92,6 +93,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         "plots/transfer.csv": _csv(transfer_data(results)),
         "plots/loss.csv": _csv(logs),
     }
+    files.update(paper.tables(results, conventions.methods, params.report.decimals))
     files.update({f"roles/{name}.png": data for name, data in heatmaps.items()})
     record = provenance({"report": params.report, "seeds": params.data.seeds, "model": params.model,
                          "data": params.data}, inputs=_input_paths(inputs))

@@ -24,6 +24,7 @@ rule report:
         rooted("report/plots/transfer.csv"),
         rooted("report/plots/loss.csv"),
         directory(rooted("report/roles")),
+        directory(rooted("report/paper")),
     params:
         section=section("report", "data"),
     log:
