@@ -90,13 +90,16 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         stage = _import_stage(name)
         from dear.io import check_outputs
 
+        from dear.runrecord import benchmarked
+
         for _, _, seed_outputs in runs:  # every seed's outputs, before the first seed's work
             check_outputs(stage.Outputs(**seed_outputs))
-        for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
-            if len(runs) > 1:
-                logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
-            stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
-        _write_digests(name, outputs)
+        with benchmarked(log):  # under DVC: the job's time and memory, as Snakemake's benchmark: records them
+            for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
+                if len(runs) > 1:
+                    logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
+                stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
+            _write_digests(name, outputs)
     except DearError as err:
         if _state["debug"]:
             raise
@@ -354,14 +357,16 @@ def _classes(value: str) -> str:
     return value
 
 
-REPORT_LISTS = {"--evals": "evals", "--train-logs": "train_logs", "--roles": "roles"}
+REPORT_LISTS = {"--evals": "evals", "--train-logs": "train_logs", "--roles": "roles", "--models": "models",
+                "--benchmarks": "benchmarks"}
 
 
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     epilog="File lists: --evals EVAL.parquet... (required), --train-logs TRAIN_LOG.parquet..., "
-           "--roles roles/<dataset>/heatmap.png... Each list takes every path up to the next option, "
-           "so shell globs work (--evals runs/*/*/eval/seed*/eval.parquet).",
+           "--roles roles/<dataset>/heatmap.png..., --models MODEL.pt... (the record of the run), "
+           "--benchmarks LOGS_FOLDER (its *.benchmark.tsv: each job's time and memory). Each list takes every path "
+           "up to the next option, so shell globs work (--evals runs/*/*/eval/seed*/eval.parquet).",
 )
 def report(
     ctx: typer.Context,

@@ -12,6 +12,8 @@ as a whole (`dear.io.output_folder`):
     inference.csv                  unseen classes under both inferences (fusion.novel cls / fused), every dataset
     metrics.json                   averages per protocol and method, for `dvc metrics/exp show`
     provenance.json                params, input hashes and versions behind the report
+    record.json                    the record of the run (dear.runrecord): code, params, recipes, data, environment,
+                                   each job's time and memory
     base_novel.png, loss_curves.png, roles/<dataset>.png
     plots/base_novel.csv, plots/transfer.csv, plots/loss.csv   data of `dvc plots`
     paper/<protocol>.csv|md|tex    the papers' table layouts, best per column in bold (dear.report.paper)
@@ -28,7 +30,8 @@ from typing import ClassVar
 import pandas as pd
 
 from dear.errors import DearError
-from dear.io import output_folder, provenance, read_parquet, read_provenance, write_bytes, write_json
+from dear import runrecord
+from dear.io import output_folder, provenance, read_parquet, read_provenance, sha256_json, write_bytes, write_json
 from dear.params import Params
 from dear.model import ablation
 from dear.report import markdown, paired, paper, plots, reference, tables
@@ -45,13 +48,15 @@ class Inputs:
     evals: list[Path]                                       # eval.parquet of every run to report
     train_logs: list[Path] = field(default_factory=list)    # train_log.parquet (runs/<method>/<ds>/train/seed<S>/)
     roles: list[Path] = field(default_factory=list)         # roles/<dataset>/heatmap.png (ablation.parquet beside it)
+    models: list[Path] = field(default_factory=list)        # model.pt of every run: the record's recipes and hashes
+    benchmarks: list[Path] = field(default_factory=list)    # folders of the jobs' *.benchmark.tsv (logs/)
 
 
 @dataclass(frozen=True)
 class Outputs:
     folder: Path  # gets the files listed in the module docstring
-    FILES: ClassVar[tuple[str, ...]] = ("results.md", "*.csv", "metrics.json", "provenance.json", "*.png", "plots",
-                                        "roles", "paper")
+    FILES: ClassVar[tuple[str, ...]] = ("results.md", "*.csv", "metrics.json", "provenance.json", "record.json", "*.png",
+                                        "plots", "roles", "paper")
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
@@ -97,12 +102,17 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     files.update({f"roles/{name}.png": data for name, data in heatmaps.items()})
     record = provenance({"report": params.report, "seeds": params.data.seeds, "model": params.model,
                          "data": params.data}, inputs=_input_paths(inputs))
+    run_record = runrecord.build(inputs.models, inputs.evals, inputs.benchmarks, params.model_dump(mode="json"),
+                                 {"params_sha256": sha256_json(params.model_dump(mode="json")),
+                                  **{key: record[key] for key in ("code", "versions", "devices")}})
+    files["results.md"] += "\n".join(["", *runrecord.markdown(run_record)]).encode()
 
     with output_folder(outputs.folder, Outputs.FILES) as folder:  # also drops pictures of datasets no longer given
         for name, data in files.items():
             write_bytes(folder / name, data)
         write_json(folder / "metrics.json", metrics(results, differences))
         write_json(folder / "provenance.json", {"provenance": record})
+        write_json(folder / "record.json", run_record)
     _log_summary(results, outputs.folder)
 
 
@@ -206,7 +216,8 @@ def _rounded(value: float) -> float | None:
 
 def _input_paths(inputs: Inputs) -> dict[str, Path]:
     named = {}
-    for kind, paths in (("eval", inputs.evals), ("train_log", inputs.train_logs), ("roles", inputs.roles)):
+    for kind, paths in (("eval", inputs.evals), ("train_log", inputs.train_logs), ("roles", inputs.roles),
+                        ("model", inputs.models)):
         named.update({f"{kind}:{path}": Path(path) for path in sorted({str(p) for p in paths})})
     return named
 
