@@ -1,0 +1,108 @@
+"""Two test-size runs that differ in one parameter: their records, `dear compare`, and `dear plan` from a record.
+
+Run A and run B are the same small study (zero-shot CLIP and CoOp, seeds 1 and 2, every protocol) under two
+output roots of one project, Snakemake running each; B trains on 1 shot per class instead of 2 (data.shots).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from dear.runrecord import read_benchmarks
+from tests import tiny_study
+from tests.engines import BIN, engine_env, make_project, run
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("compare")]
+
+
+def study(root: str, shots: int) -> dict:
+    raw = tiny_study.params()
+    raw["output_root"] = root
+    raw["data"].update(root=f"{root}/world", seeds=[1, 2], shots=shots,
+                       datasets=["world_objects", "world_objects_b", "world_objects_sketch"])
+    raw["study"].update(methods=["zeroshot", "coop"], base_to_novel=["world_objects"])
+    raw["report"].update(methods=["zeroshot", "coop"], compare="coop", bootstrap_resamples=200)
+    return raw
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    project = make_project(tmp_path_factory.mktemp("compare") / "project", yaml.safe_dump(study("runA", 2)))
+    for name, shots in (("runA", 2), ("runB", 1)):
+        (project / f"{name}.yaml").write_text(yaml.safe_dump(study(name, shots), sort_keys=False))
+        run([str(BIN / "snakemake"), "--cores", "2", "--configfile", f"{name}.yaml"], project, timeout=900)
+    return project
+
+
+def test_compare_names_the_parameter_and_the_numbers_it_moved(project):
+    out = run([str(BIN / "dear"), "compare", "runA", "runB", "--params", "runA.yaml"], project).stdout
+    inputs = out.split("## Inputs that differ")[1].split("## Numbers")[0]
+    assert "- **params**: 1 differ:" in inputs and "  - `data.shots`: 2 → 1" in inputs
+    assert "`output_root`" in inputs and "`data.root`" in inputs  # listed apart: where, not what
+    assert "- **code**: the same" in inputs and "- **versions**: the same" in inputs
+    # the manifests name the images by their path, which holds the output root: said, not hidden
+    assert "- **data**: differ for world_objects (" in inputs and "another output root" in inputs
+    assert "coop" in inputs.split("- **trained runs**")[1].split("\n")[0]  # coop's run hashes changed (its shots)
+    numbers = out.split("## Numbers")[1]
+    moved = [line for line in numbers.splitlines() if line.startswith("| coop |")]
+    assert moved, numbers  # fewer shots move CoOp's numbers (within noise or beyond, as the intervals say)
+    assert "| zeroshot |" not in numbers  # zero-shot CLIP uses no shot: none of its numbers moved
+    assert "did not move" in numbers
+
+
+def test_the_record_reads_each_jobs_time_and_memory_from_snakemakes_benchmark_files(project):
+    record = json.loads((project / "runA/report/record.json").read_text())
+    jobs = read_benchmarks(project / "runA/logs")
+    assert len(jobs) >= 10 and {"world", "backbone", "prepare", "profile", "train", "evaluate"} <= set(jobs["rule"])
+    assert record["jobs"] == jobs.drop(columns="file").to_dict(orient="records")
+    assert {rule["rule"] for rule in record["rules"]} == set(jobs["rule"])
+    results = (project / "runA/report/results.md").read_text()
+    assert "## Record of this run" in results and "| train | 2 |" in results
+    assert len(record["models"]) == 8 and {m["method"] for m in record["models"]} == {"zeroshot", "coop"}
+    assert set(record["data"]) == {"world_objects", "world_objects_b", "world_objects_sketch"}
+
+
+def test_compare_refuses_a_folder_without_a_record(project, tmp_path):
+    result = subprocess.run([str(BIN / "dear"), "compare", "runA", str(tmp_path), "--params", "runA.yaml"],
+                            cwd=project, env=engine_env(), capture_output=True, text=True)
+    assert result.returncode == 1 and "no record.json here" in result.stderr
+
+
+def _plan(project: Path, params: str, record: str = "runA") -> dict[str, list[str]]:
+    out = run([str(BIN / "dear"), "plan", "--params", params, "--record", record], project).stdout
+    rows = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if parts and parts[0] in ("world", "backbone", "prepare", "profile", "train", "train_transfer", "fuse",
+                                  "fuse_transfer", "evaluate", "evaluate_transfer", "report", "all"):
+            rows[parts[0]] = parts[1:]
+    return {"rows": rows, "text": out}
+
+
+def test_plan_prices_a_config_from_the_record_of_a_run(project):
+    same = _plan(project, "runA.yaml")
+    hours = {rule: float(row[1]) for rule, row in same["rows"].items()}
+    recorded = json.loads((project / "runA/report/record.json").read_text())
+    actual = sum(job["seconds"] for job in recorded["jobs"]) / 3600
+    assert hours["all"] == pytest.approx(actual, rel=0.3, abs=0.002)  # the record priced back (least squares)
+    assert "CPU hours" in same["text"] and "GPU" not in same["text"].split("made on")[1].split(":")[0]
+    raw = yaml.safe_load((project / "runA.yaml").read_text())
+    raw["data"]["seeds"] = [1, 2, 3, 4, 5, 6]
+    (project / "runC.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    more = {rule: float(row[1]) for rule, row in _plan(project, "runC.yaml")["rows"].items()}
+    assert more["train"] > hours["train"] and more["evaluate"] > hours["evaluate"]  # three times the seeds
+    assert more["prepare"] == hours["prepare"] and more["world"] == hours["world"]
+    paper = _plan(project, "configs/paper-vitb16.yaml")
+    assert "The record ran dear-world-tiny, this config ViT-B-16" in paper["text"]
+    assert float(paper["rows"]["train"][1]) > 100 * hours["train"]
+
+
+def test_check_prints_the_price_of_a_config_with_a_record(project):
+    out = run([str(BIN / "dear"), "check", "--params", "runA.yaml"], project).stdout
+    assert "cost: about" in out and "runA/report/record.json" in out
