@@ -232,7 +232,8 @@ def text(frame: pd.DataFrame, params: Params, record: dict, source: str) -> str:
              f"{len(params.data.seeds)} seeds), scaled from the record of {source}, made on {kind}:", "",
              f"{'stage':<20} {'jobs':>5} {'device hours':>13} {'peak RSS':>10}  basis"]
     for row in frame.itertuples(index=False):
-        hours = "?" if row.seconds != row.seconds else f"{row.seconds / 3600:.2f}"
+        hours = "?" if row.seconds != row.seconds else f"{row.seconds / 3600:.2f}" if row.seconds >= 360 \
+            else f"{row.seconds / 3600:.4f}"
         rss = "?" if row.max_rss_mb != row.max_rss_mb else f"{row.max_rss_mb / 1024:.1f} GB"
         lines.append(f"{row.rule:<20} {row.jobs:>5} {hours:>13} {rss:>10}  {row.basis}")
     peak = record.get("peak_gpu_memory_mb")

@@ -31,7 +31,7 @@ import pandas as pd
 
 from dear.errors import DearError
 from dear import runrecord
-from dear.io import output_folder, provenance, read_parquet, read_provenance, sha256_json, write_bytes, write_json
+from dear.io import output_folder, provenance, read_parquet, sha256_json, write_bytes, write_json
 from dear.params import Params
 from dear.model import ablation
 from dear.report import markdown, paired, paper, plots, reference, tables
@@ -68,24 +68,29 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     logs = read_train_logs(inputs.train_logs)
     heatmaps = read_heatmaps(inputs.roles)
     ablations = read_ablations(inputs.roles)
-    per_seed = seed_accuracy(evals)
-    results = tables.aggregate(per_seed, conventions)
+    record = provenance({"report": params.report, "seeds": params.data.seeds, "model": params.model,
+                         "data": params.data}, inputs=_input_paths(inputs))
+    run_record = runrecord.build(inputs.models, inputs.evals, inputs.benchmarks, params.model_dump(mode="json"),
+                                 {"params_sha256": sha256_json(params.model_dump(mode="json")),
+                                  **{key: record[key] for key in ("code", "versions", "devices")}})
+    results = tables.aggregate(seed_accuracy(evals), conventions)
     differences = paired.differences(evals, comparisons(params.report, evals), paired.Options(
         confidence=params.report.confidence, resamples=params.report.bootstrap_resamples, ddof=params.report.std_ddof))
     streams = tables.stream_accuracy(seed_accuracy(every_stream), conventions)
     inferences = tables.both_inferences(every_stream, conventions)
-
     problems = reference.setting_problems(params)
     published = reference.beside(results) if params.report.reference and not problems \
         else pd.DataFrame(columns=reference.COLUMNS)  # the file is always there; rows only in the published setting
+
     page = markdown.Page(decimals=params.report.decimals, methods=conventions.methods, seeds=conventions.seeds,
                          std_warning=conventions.std_warning, n_evals=len(set(inputs.evals)),
                          confidence=params.report.confidence, resamples=params.report.bootstrap_resamples,
                          reference=params.report.reference, heatmaps=[f"roles/{name}.png" for name in heatmaps],
                          has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()},
-                         setting_problems=problems, inference=main_inference(inputs.evals))
+                         setting_problems=problems, inference=_inference(run_record))
+    text = markdown.render(results, page, differences, streams, published, inferences)
     files = {
-        "results.md": markdown.render(results, page, differences, streams, published, inferences).encode(),
+        "results.md": "\n".join([text, *runrecord.markdown(run_record)]).encode(),
         "results.csv": _csv(results),
         "differences.csv": _csv(differences),
         "streams.csv": _csv(streams),
@@ -97,16 +102,9 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         "plots/base_novel.csv": _csv(base_novel_data(results)),
         "plots/transfer.csv": _csv(transfer_data(results)),
         "plots/loss.csv": _csv(logs),
+        **paper.tables(results, conventions.methods, params.report.decimals),
+        **{f"roles/{name}.png": data for name, data in heatmaps.items()},
     }
-    files.update(paper.tables(results, conventions.methods, params.report.decimals))
-    files.update({f"roles/{name}.png": data for name, data in heatmaps.items()})
-    record = provenance({"report": params.report, "seeds": params.data.seeds, "model": params.model,
-                         "data": params.data}, inputs=_input_paths(inputs))
-    run_record = runrecord.build(inputs.models, inputs.evals, inputs.benchmarks, params.model_dump(mode="json"),
-                                 {"params_sha256": sha256_json(params.model_dump(mode="json")),
-                                  **{key: record[key] for key in ("code", "versions", "devices")}})
-    files["results.md"] += "\n".join(["", *runrecord.markdown(run_record)]).encode()
-
     with output_folder(outputs.folder, Outputs.FILES) as folder:  # also drops pictures of datasets no longer given
         for name, data in files.items():
             write_bytes(folder / name, data)
@@ -116,11 +114,10 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     _log_summary(results, outputs.folder)
 
 
-def main_inference(evals: list[Path]) -> str:
+def _inference(run_record: dict) -> str:
     """fusion.novel as the eval tables record it ('cls', 'fused', or both named when they disagree)."""
-    found = sorted({str(read_provenance(path).get("params", {}).get("fusion", {}).get("novel", "not recorded"))
-                    for path in evals})
-    return " and ".join(found) if found else "not recorded"
+    found = sorted({str(entry["fusion_novel"] or "not recorded") for entry in run_record["evaluations"]})
+    return " and ".join(found) or "not recorded"
 
 
 def comparisons(report, evals: pd.DataFrame) -> list[tuple[str, str]]:
