@@ -18,7 +18,9 @@ passes (from the architecture's config: layers, width, tokens):
   world, report: one job's time.
 `overhead` and `rate` are fitted per stage over the record's jobs by
 non-negative least squares (scipy.optimize.nnls), so a small record's fixed
-costs (imports, loading the backbone) are not multiplied by the work.
+costs (imports, loading the backbone) are not multiplied by the work; a
+stage whose recorded jobs all did the same work cannot tell the two apart
+and is scaled in proportion (erring on the expensive side).
 Memory is not extrapolated: the record's largest peak RSS per stage (host,
 Snakemake's max_rss) and torch's peak GPU memory of training and evaluation
 grow with batch size, class count and model size, not with images or epochs;
@@ -93,10 +95,17 @@ def plan(params: Params, record: dict) -> pd.DataFrame:
 
 
 def fit(work: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
-    """(overhead, rate) >= 0 with seconds ≈ overhead + rate × work (non-negative least squares)."""
+    """(overhead, rate) >= 0 with seconds ≈ overhead + rate × work (non-negative least squares).
+
+    With one size of job in the record, overhead and rate cannot be told apart: the time is then taken as
+    proportional to the work (no overhead), which errs on the expensive side when the plan is larger.
+    """
     valid = ~np.isnan(seconds)
     if not valid.any():
         return np.nan, np.nan
+    if len(np.unique(work[valid])) < 2:
+        mean, size = float(seconds[valid].mean()), float(work[valid][0])
+        return (0.0, mean / size) if size > 0 else (mean, 0.0)
     scale = max(float(work[valid].max()), 1.0)  # keep both columns of the system at a similar scale
     (overhead, rate), _ = nnls(np.column_stack([np.ones(valid.sum()), work[valid] / scale]), seconds[valid])
     return float(overhead), float(rate) / scale

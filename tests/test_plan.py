@@ -56,6 +56,7 @@ def test_a_stages_fit_separates_its_fixed_cost_from_its_rate():
     work_done = np.array([0.0, 10.0, 20.0, 40.0])
     overhead, rate = fit(work_done, 5.0 + 0.5 * work_done)
     assert (overhead, rate) == (pytest.approx(5.0), pytest.approx(0.5))
-    overhead, rate = fit(np.array([10.0, 10.0]), np.array([7.0, 9.0]))  # one size of job: no rate to tell apart
-    assert overhead + rate * 10 == pytest.approx(8.0)
+    # one size of job: overhead and rate cannot be told apart, so the time scales in proportion to the work
+    assert fit(np.array([10.0, 10.0]), np.array([7.0, 9.0])) == (0.0, pytest.approx(0.8))
+    assert fit(np.array([0.0, 0.0]), np.array([3.0, 5.0])) == (4.0, 0.0)  # no work (zero-shot training): a fixed cost
     assert fit(np.array([1.0, 2.0]), np.array([3.0, 1.0]))[1] == 0.0  # never a negative rate
