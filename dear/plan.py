@@ -3,7 +3,7 @@
 The estimate scales a recorded run (its record.json: the jobs' benchmark
 files and its params) to the planned config, stage by stage:
 
-    a job's seconds = overhead + rate × work
+    a job's seconds = overhead × runs + rate × work
 
 `work` is counted from a config alone, in GFLOPs of the model's forward
 passes (from the architecture's config: layers, width, tokens):
@@ -16,7 +16,9 @@ passes (from the architecture's config: layers, width, tokens):
 - profile: profile.max_images images; backbone: its pretraining steps ×
   batch (0 for weights that are only loaded); prepare: the images listed;
   world, report: one job's time.
-`overhead` and `rate` are fitted per stage over the record's jobs by
+`runs` is the seeds a job runs (train, fuse, evaluate; 1 for the other
+stages): each seed builds and loads its model again. `overhead` and `rate`
+are fitted per stage over the record's jobs by
 non-negative least squares (scipy.optimize.nnls), so a small record's fixed
 costs (imports, loading the backbone) are not multiplied by the work; a
 stage whose recorded jobs all did the same work cannot tell the two apart
@@ -74,9 +76,11 @@ def plan(params: Params, record: dict) -> pd.DataFrame:
         raise DearError("the record holds no job's time (no benchmark files were given to `dear report`); "
                         "rerun the report with --benchmarks <output_root>/logs")
     jobs["work"] = [work(recorded, job) for job in jobs["job"]]
+    jobs["runs"] = [runs(recorded, rule) for rule in jobs["rule"]]
     planned = pd.DataFrame({"job": planned_jobs(params)})
     planned["rule"] = planned["job"].str.split("/").str[0]
     planned["work"] = [work(params, job) for job in planned["job"]]
+    planned["runs"] = [runs(params, rule) for rule in planned["rule"]]
     rows = []
     for rule, mine in planned.groupby("rule", sort=False):
         seen = jobs[jobs["rule"] == rule]
@@ -84,31 +88,42 @@ def plan(params: Params, record: dict) -> pd.DataFrame:
             rows.append({"rule": rule, "jobs": len(mine), "seconds": np.nan, "max_rss_mb": np.nan,
                          "basis": "no job of this stage in the record"})
             continue
-        overhead, rate = fit(seen["work"].to_numpy(float), seen["seconds"].to_numpy(float))
-        rows.append({"rule": rule, "jobs": len(mine), "seconds": float((overhead + rate * mine["work"]).sum()),
-                     "max_rss_mb": float(seen["max_rss_mb"].max()),
-                     "basis": f"{len(seen)} recorded jobs: {overhead:.1f} s + {rate:.3g} s per unit of work"})
+        overhead, rate = fit(seen["work"].to_numpy(float), seen["seconds"].to_numpy(float), seen["runs"].to_numpy(float))
+        seconds = float((overhead * mine["runs"] + rate * mine["work"]).sum())
+        rows.append({"rule": rule, "jobs": len(mine), "seconds": seconds, "max_rss_mb": float(seen["max_rss_mb"].max()),
+                     "basis": f"{len(seen)} recorded jobs: {overhead:.1f} s a run + {rate:.3g} s per unit of work"})
     frame = pd.DataFrame(rows)
     total = {"rule": "all", "jobs": int(frame["jobs"].sum()), "seconds": float(frame["seconds"].sum(min_count=1)),
              "max_rss_mb": float(frame["max_rss_mb"].max()), "basis": ""}
     return pd.concat([frame, pd.DataFrame([total])], ignore_index=True)
 
 
-def fit(work: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
-    """(overhead, rate) >= 0 with seconds ≈ overhead + rate × work (non-negative least squares).
+def fit(work: np.ndarray, seconds: np.ndarray, runs: np.ndarray | None = None) -> tuple[float, float]:
+    """(overhead, rate) >= 0 with seconds ≈ overhead × runs + rate × work (non-negative least squares).
 
     With one size of job in the record, overhead and rate cannot be told apart: the time is then taken as
     proportional to the work (no overhead), which errs on the expensive side when the plan is larger.
     """
+    runs = np.ones_like(work) if runs is None else runs
     valid = ~np.isnan(seconds)
     if not valid.any():
         return np.nan, np.nan
     if len(np.unique(work[valid])) < 2:
-        mean, size = float(seconds[valid].mean()), float(work[valid][0])
-        return (0.0, mean / size) if size > 0 else (mean, 0.0)
+        size = float(work[valid][0])
+        if size > 0:
+            return 0.0, float(seconds[valid].mean()) / size
+        return float((seconds[valid] / runs[valid]).mean()), 0.0
     scale = max(float(work[valid].max()), 1.0)  # keep both columns of the system at a similar scale
-    (overhead, rate), _ = nnls(np.column_stack([np.ones(valid.sum()), work[valid] / scale]), seconds[valid])
+    (overhead, rate), _ = nnls(np.column_stack([runs[valid], work[valid] / scale]), seconds[valid])
     return float(overhead), float(rate) / scale
+
+
+SEEDED = ("train", "train_transfer", "fuse", "fuse_transfer", "evaluate", "evaluate_transfer")
+
+
+def runs(params: Params, rule: str) -> int:
+    """How many times a job of `rule` builds its model: once per seed for the seeded stages, else once."""
+    return len(params.data.seeds) if rule in SEEDED else 1
 
 
 def _recorded_params(record: dict) -> Params:

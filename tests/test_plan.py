@@ -59,4 +59,8 @@ def test_a_stages_fit_separates_its_fixed_cost_from_its_rate():
     # one size of job: overhead and rate cannot be told apart, so the time scales in proportion to the work
     assert fit(np.array([10.0, 10.0]), np.array([7.0, 9.0])) == (0.0, pytest.approx(0.8))
     assert fit(np.array([0.0, 0.0]), np.array([3.0, 5.0])) == (4.0, 0.0)  # no work (zero-shot training): a fixed cost
+    # two seeds a job: the fixed cost is a run's (each seed builds its model), so 3 seeds would cost 3 of them
+    assert fit(np.array([0.0, 0.0]), np.array([6.0, 10.0]), np.array([2.0, 2.0])) == (4.0, 0.0)
+    overhead, rate = fit(work_done, 2 * 5.0 + 0.5 * work_done, np.full(4, 2.0))
+    assert (overhead, rate) == (pytest.approx(5.0), pytest.approx(0.5))
     assert fit(np.array([1.0, 2.0]), np.array([3.0, 1.0]))[1] == 0.0  # never a negative rate

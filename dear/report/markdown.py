@@ -3,9 +3,10 @@
 Pure text from the frames of `dear.report.tables`: no numbers are computed
 here except formatting, so results.md and the CSV files cannot disagree.
 Layout: the base-to-novel average table first, then one small table per
-dataset, DeAR's paired differences and each stream's own accuracy, the
-transfer protocols, the head roles and their validation, the published
-reference numbers; the best mean of every column is in bold.
+dataset, unseen classes under both inferences, each stream's own accuracy,
+the transfer protocols, the paired differences with their intervals and
+verdicts, the head roles and their validation, the published numbers beside
+ours (or why there are none); the best mean of every column is in bold.
 """
 
 from __future__ import annotations
@@ -61,12 +62,12 @@ def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None =
     lines += _base_to_novel(b2n, page)
     if inferences is not None and not inferences.empty:
         lines += _inferences(inferences, page)
-    if differences is not None and not differences.empty:
-        lines += _differences(differences, page)
     if streams is not None and not streams.empty:
         lines += _streams(streams, page)
     for protocol, title in PROTOCOL_TITLES.items():
         lines += _transfer(results[results["protocol"] == protocol], title, page)
+    if differences is not None and not differences.empty:
+        lines += _differences(differences, page)
     lines += _roles(page)
     if page.reference:
         lines += _published(published, page.setting_problems, page)
