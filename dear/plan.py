@@ -188,8 +188,8 @@ def work(params: Params, job: str) -> float:
 
 def recipe(params: Params, method: str, dataset: str, transfer: bool) -> tuple[int, int]:
     """(epochs, batch size) of one training run, as `dear train` resolves them."""
-    resolved = params.train.recipe(method).for_run(dataset, transfer=transfer)
-    return resolved.epochs, resolved.batch_size
+    resolved = params.train.recipe(method, dataset, "transfer" if transfer else "base_to_novel")
+    return int(resolved.get("epochs", 0)), int(resolved.get("batch_size", 1))
 
 
 def _classes(params: Params, dataset: str, transfer: bool) -> int:

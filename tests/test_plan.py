@@ -25,8 +25,8 @@ def test_a_training_jobs_work_grows_with_seeds_epochs_shots_and_classes(tmp_path
     params = load_params(tiny_study.write(tmp_path / "params.yaml"))
     classes = size(params, "world_objects").classes
     base = math.ceil(classes / 2)
-    epochs, batch = params.train.recipe("coop").for_run("world_objects", transfer=False).epochs, \
-        params.train.recipe("coop").batch_size
+    recipe = params.train.recipe("coop", "world_objects", "base_to_novel")
+    epochs, batch = recipe.epochs, recipe.batch_size
     images = params.data.shots * base
     image, prompt = image_gflops(params.model.arch), prompt_gflops(params.model.arch)
     expected = 2 * (epochs * images * 3 * image + epochs * math.ceil(images / batch) * base * 3 * prompt)

@@ -17,7 +17,7 @@ rule train:
         model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
         log=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet")),
     params:
-        section=section("dear", "train", "fusion"),
+        section=section("train"),
     log:
         rooted("logs/train/{method}/{dataset}.log"),
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
@@ -40,7 +40,7 @@ rule train_transfer:
         model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
         log=seeds_of(rooted("transfer/{method}/train/seed{seed}/train_log.parquet")),
     params:
-        section=section("dear", "train", "fusion"),
+        section=section("train"),
     log:
         rooted("logs/train_transfer/{method}.log"),
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
