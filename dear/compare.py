@@ -96,9 +96,8 @@ def _recipes(a: list[dict], b: list[dict]) -> list[str]:
     old, new = {key(m): m for m in a}, {key(m): m for m in b}
     both = sorted(set(old) & set(new), key=str)
     hashes = [k for k in both if old[k]["params_sha256"] != new[k]["params_sha256"]]
-    keys = sorted({name for k in both for name, value in flatten(old[k]["recipe"]).items()
-                   if flatten(new[k]["recipe"]).get(name) != value}
-                  | {name for k in both for name in set(flatten(new[k]["recipe"])) - set(flatten(old[k]["recipe"]))})
+    keys = sorted({name for k in both for name in set(_values(old[k])) | set(_values(new[k]))
+                   if _values(old[k]).get(name) != _values(new[k]).get(name)})
     lines = [f"- **trained runs**: {len(hashes)} of {len(both)} in both runs have another run hash"
              + (f" ({', '.join(sorted({k[0] for k in hashes}))})" if hashes else "")]
     if keys:
@@ -107,6 +106,14 @@ def _recipes(a: list[dict], b: list[dict]) -> list[str]:
     if only:
         lines.append(f"  - {len(only)} trained runs are in one run only")
     return lines
+
+
+def _values(model: dict) -> dict[str, object]:
+    """A trained run's recipe as {key: value} (a recorded recipe's values; an older model.pt's train section)."""
+    recipe = model["recipe"]
+    if isinstance(recipe, dict) and "settings" in recipe:
+        return {key: setting["value"] for key, setting in recipe["settings"].items()}
+    return flatten(recipe)
 
 
 def _same_or(kind: str, a, b, show) -> str:

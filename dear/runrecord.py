@@ -201,6 +201,7 @@ def markdown(record: dict) -> list[str]:
         lines += ["| Dataset | manifest sha256 |", "| --- | --- |"]
         lines += [f"| {name} | {', '.join(sha[:12] for sha in shas)}{' ⚠ differs between runs' if len(shas) > 1 else ''} |"
                   for name, shas in record["data"].items()] + [""]
+    lines += _recipes(record["models"])
     if record["rules"]:
         total = sum(rule["seconds"] for rule in record["rules"])
         lines += ["| Stage | Jobs | Wall time | Peak memory (RSS) |", "| --- | --- | --- | --- |"]
@@ -213,6 +214,29 @@ def markdown(record: dict) -> list[str]:
     else:
         lines += ["No benchmark files were given (--benchmarks): no job's time or memory is recorded.", ""]
     return lines
+
+
+RECIPE_COLUMNS = ("optimizer", "lr", "batch_size", "epochs")
+
+
+def _recipes(models: list[dict]) -> list[str]:
+    """Each trained run's resolved recipe (its seeds in one row), and where it departs from the authors'."""
+    rows = {}
+    for model in models:
+        settings = model["recipe"].get("settings") if isinstance(model["recipe"], dict) else None
+        if settings is None:
+            continue  # a model.pt from before recipes were recorded: record.json keeps its train section
+        values = [str(settings.get(key, {}).get("value", "—")) for key in RECIPE_COLUMNS]
+        differs = [f"{key} {s['value']} (authors {s['authors']})" for key, s in sorted(settings.items()) if "authors" in s]
+        rows[(model["method"], model["dataset"], model["recipe"].get("protocol", model["classes"]))] = \
+            values + ["; ".join(differs) or "none"]
+    if not rows:
+        return []
+    lines = ["| Method | Dataset | Protocol | " + " | ".join(RECIPE_COLUMNS) + " | differs from the authors |",
+             "| --- " * (4 + len(RECIPE_COLUMNS)) + "|"]
+    lines += [f"| {m} | {d} | {p} | " + " | ".join(cells) + " |" for (m, d, p), cells in sorted(rows.items())]
+    return lines + ["", "The resolved recipe of every trained run as its model.pt records it (each key's value and "
+                    "source: record.json).", ""]
 
 
 def _clean(clean: bool | None) -> str:

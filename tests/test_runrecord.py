@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dear.errors import DearError
-from dear.runrecord import benchmark_path, benchmarked, read_benchmarks, read_model
+from dear.runrecord import _recipes, benchmark_path, benchmarked, read_benchmarks, read_model
 
 SNAKEMAKE_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time"
 
@@ -67,3 +67,14 @@ def test_a_model_files_record_reads_todays_and_the_refactors_metadata(tmp_path):
     (tmp_path / "broken.pt").write_bytes(b"not a model")
     with pytest.raises(DearError, match="broken.pt: not a readable model.pt"):
         read_model(tmp_path / "broken.pt")
+
+
+def test_the_record_shows_each_runs_recipe_and_where_it_departs_from_the_authors():
+    settings = {"optimizer": {"value": "sgd", "source": "coop.yaml"}, "lr": {"value": 0.002, "source": "coop.yaml"},
+                "batch_size": {"value": 4, "source": "params", "authors": 32}, "epochs": {"value": 2, "source": "x"}}
+    models = [{"method": "coop", "dataset": "dsA", "classes": "base", "seed": seed,
+               "recipe": {"protocol": "base_to_novel", "settings": settings}} for seed in (1, 2)]
+    models.append({"method": "coop", "dataset": "dsA", "classes": "base", "seed": 3, "recipe": {"train": {}}})
+    lines = _recipes(models)
+    assert lines[2] == "| coop | dsA | base_to_novel | sgd | 0.002 | 4 | 2 | batch_size 4 (authors 32) |"
+    assert len([line for line in lines if line.startswith("| coop")]) == 1  # one row for the seeds of a run
