@@ -136,7 +136,8 @@ def _inferences(frame: pd.DataFrame, page: Page) -> list[str]:
         body.append([method] + cells)
     return ["### Unseen classes both ways", "",
             f"The tables on this page use `fusion.novel: {page.inference}` on unseen classes (novel classes, "
-            "cross-dataset and domain targets), as the eval tables record. Beside it, each method that fuses several "
+            "cross-dataset and domain targets), as the eval tables record; MMRL keeps its authors' decoupled "
+            "inference (CLS alone on unseen classes) whatever it says. Beside it, each method that fuses several "
             "streams under both inferences, from the same trained model and the same evaluation: `cls` = the CLS "
             "stream alone (MMRL's decoupled inference), `fused` = the fused logits with the α fitted on base "
             "classes. Seen classes (Base, a transfer model's source) use the fused logits either way. Averages, "
