@@ -28,7 +28,7 @@ rule all:
 onstart:
     slurm_logs_stay_under_the_root()
     if MACHINE:
-        from dear.plan import stop
+        from dear.engines import stop
         stop([f"error: {line}" for line in MACHINE], CONFIG, "no job was started")
 
 

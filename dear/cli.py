@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import gc
+import json
 import importlib
 import logging
 import os
@@ -22,7 +23,7 @@ import typer
 from dear.check import check_file, stage_problems
 from dear.errors import DearError
 from dear.methods import names as method_names
-from dear.params import DEFAULT_PATH, load_params, parse_overrides, read_yaml
+from dear.params import DEFAULT_PATH, load_params, parse_overrides
 
 app = typer.Typer(
     name="dear",
@@ -91,13 +92,16 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         stage = _import_stage(name)
         from dear.io import check_outputs
 
+        from dear.runrecord import benchmarked
+
         for _, _, seed_outputs in runs:  # every seed's outputs, before the first seed's work
             check_outputs(stage.Outputs(**seed_outputs))
-        for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
-            if len(runs) > 1:
-                logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
-            stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
-        _write_digests(name, outputs)
+        with benchmarked(log):  # under DVC: the job's time and memory, as Snakemake's benchmark: records them
+            for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
+                if len(runs) > 1:
+                    logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
+                stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
+            _write_digests(name, outputs)
     except DearError as err:
         if _state["debug"]:
             raise
@@ -373,14 +377,16 @@ def _classes(value: str) -> str:
     return value
 
 
-REPORT_LISTS = {"--evals": "evals", "--train-logs": "train_logs", "--roles": "roles"}
+REPORT_LISTS = {"--evals": "evals", "--train-logs": "train_logs", "--roles": "roles", "--models": "models",
+                "--benchmarks": "benchmarks"}
 
 
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     epilog="File lists: --evals EVAL.parquet... (required), --train-logs TRAIN_LOG.parquet..., "
-           "--roles roles/<dataset>/heatmap.png... Each list takes every path up to the next option, "
-           "so shell globs work (--evals runs/*/*/eval/seed*/eval.parquet).",
+           "--roles roles/<dataset>/heatmap.png..., --models MODEL.pt... (the record of the run), "
+           "--benchmarks LOGS_FOLDER (its *.benchmark.tsv: each job's time and memory). Each list takes every path "
+           "up to the next option, so shell globs work (--evals runs/*/*/eval/seed*/eval.parquet).",
 )
 def report(
     ctx: typer.Context,
@@ -425,43 +431,90 @@ def _file_lists(args: list[str], flags: dict[str, str]) -> dict[str, list[Path]]
 # --- utilities, after the stages in --help -----------------------------------------
 
 @app.command()
-def check(params: Path = ParamsOption, overrides: Optional[List[str]] = SetOption) -> None:
+def check(
+    params: Path = ParamsOption,
+    overrides: Optional[List[str]] = SetOption,
+    jobs: Optional[Path] = typer.Option(
+        None, "--jobs", help="also compare every existing output with what the config would make, mark the ones out "
+                             "of date and write each job's values file here (DVC's check stage: .dear/jobs)"),
+) -> None:
     """List every problem of a params file (values, data folders, weights, device, SVD rank...) before any job runs.
 
-    Every independent check runs; one that reads a section with a problem says it waits on it.
+    Every independent check runs; one that reads a section with a problem says it waits on it. With --jobs
+    (the first stage of dvc.yaml) a problem stops `dvc repro` before any job, and each job whose outputs were
+    made otherwise than the config says is named with the keys that differ (docs/engines.md).
     """
-    _, found = check_file(params, overrides or ())
+    loaded, found = check_file(params, overrides or ())
     for finding in found:
         typer.echo(f"{'error' if finding.is_problem else 'note'}: {finding.text}", err=True)
     problems = sum(finding.is_problem for finding in found)
     if problems:
         typer.echo(f"{params}: {problems} problem(s)", err=True)
         raise typer.Exit(code=1)
+    if jobs is not None:
+        from dear import engines
+
+        for line in engines.run(loaded, str(params), jobs):
+            typer.echo(line, err=True)
     typer.echo(f"{params}: no problems found")
+    typer.echo(cost_line(loaded, params))
+
+
+def cost_line(loaded, params: Path) -> str:
+    """`dear check`'s line on the price of the run: the plan's total from the config's own record, if there is one."""
+    record = Path(loaded.output_root) / "report" / "record.json"
+    if not record.is_file():
+        return (f"cost: no record of a run of this config yet ({record}); `dear plan --params {params} --record RUN` "
+                "estimates it from another run's (a pilot on the target machines prices it best)")
+    from dear.plan import plan
+
+    try:
+        total = plan(loaded, json.loads(record.read_text())).iloc[-1]
+    except DearError as err:
+        return f"cost: not estimated ({err})"
+    return (f"cost: about {total['seconds'] / 3600:.2f} device hours over {total['jobs']} jobs, peak RSS "
+            f"{total['max_rss_mb'] / 1024:.1f} GB, from {record} (`dear plan --params {params}` per stage)")
 
 
 @app.command()
 def plan(
     params: Path = ParamsOption,
-    jobs: Path = typer.Option(Path(".dear/jobs"), "--jobs", help="folder of the jobs' values files (dvc.yaml's)"),
+    record: Optional[Path] = typer.Option(
+        None, help="a run's report folder (or output root) whose record.json prices this config; default: the "
+                   "config's own output_root (a pilot or an earlier run of it)"),
 ) -> None:
-    """DVC's first stage: check the config as `dear check` does, write each job's values file, mark outputs made
-    otherwise than the config says as changed (docs/engines.md).
-
-    A problem stops `dvc repro` here, before any job; each out-of-date job is named with the keys that differ.
-    """
-    from dear import plan as planning
-
+    """Estimate device hours and peak memory per stage and in total, before the run, from the record of a run."""
+    _configure_logging(None)
     try:
-        loaded, lines, machine = planning.config_problems([str(params)], read_yaml(params), str(params))
+        from dear.plan import run
+
+        loaded = load_params(params)
+        typer.echo(run(loaded, record or Path(loaded.output_root)), nl=False)
     except DearError as err:
+        if _state["debug"]:
+            raise
         _print_errors(err)
         raise typer.Exit(code=1)
-    lines += [f"error: {line}" for line in machine]
-    if any(line.startswith("error: ") for line in lines):
-        planning.stop(lines, str(params), "no job was started")
-    for line in planning.run(loaded, str(params), jobs):
-        typer.echo(line, err=True)
+
+
+@app.command()
+def compare(
+    run_a: Path = typer.Argument(..., help="the first run: its report folder, or the output root holding report/"),
+    run_b: Path = typer.Argument(..., help="the second run"),
+    params: Path = ParamsOption,
+) -> None:
+    """Which numbers moved beyond noise from RUN_A to RUN_B, and which inputs differ (params, recipes, code, data,
+    environment). Intervals and their level come from --params (report section)."""
+    _configure_logging(None)
+    try:
+        from dear.compare import run
+
+        typer.echo(run(load_params(params), run_a, run_b), nl=False)
+    except DearError as err:
+        if _state["debug"]:
+            raise
+        _print_errors(err)
+        raise typer.Exit(code=1)
 
 
 @app.command()

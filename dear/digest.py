@@ -28,7 +28,7 @@ from dear.io import DIGESTS as FOLDER
 from dear.io import sha256_file
 
 ALL = "folder.yaml"
-STALE = "out of date"  # the sha256 `dear plan` writes into the digests of an output to rerun
+STALE = "out of date"  # the sha256 `dear check --jobs` writes into the digests of an output to rerun
 
 
 def write_digests(folder: Path, command: str) -> None:
@@ -78,7 +78,7 @@ def digested_folder(path: Path, is_file: bool, placeholder: str) -> Path | None:
 
 
 def mark_changed(folder: Path) -> None:
-    """Rewrite `folder`'s digests as out of date (`dear plan`, for outputs made otherwise than the config says).
+    """Rewrite `folder`'s digests as out of date (`dear check --jobs`, for outputs made otherwise than the config says).
 
     DVC then sees the output folder changed and reruns the stage that makes it, and every stage that
     reads one of its digests; the stage's command writes true digests again. No digest: nothing to mark.
@@ -86,4 +86,4 @@ def mark_changed(folder: Path) -> None:
     for path in sorted((Path(folder) / FOLDER).glob("*.yaml")):
         values = yaml.safe_load(path.read_text()) or {}
         if values.get("sha256") != STALE:
-            _write(path, "out of date: made otherwise than the config says (dear plan)", {**values, "sha256": STALE})
+            _write(path, "out of date: made otherwise than the config says (dear check --jobs)", {**values, "sha256": STALE})

@@ -11,7 +11,7 @@ a record (made by an older dear, or copied in) is out of date.
 `out_of_date(params, job)` says so in one line naming the keys, e.g.
 `train@mmrl-world_objects: train.recipes.mmrl.lr (not set) -> 0.002` (the recipe's own
 value, then the config's). The Snakefile
-forces those jobs while it plans; DVC's `check` stage (`dear plan`) marks their
+forces those jobs while it plans; DVC's `check` stage (`dear check --jobs`) marks their
 outputs changed so that `dvc repro` reruns them.
 """
 

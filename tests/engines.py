@@ -75,7 +75,7 @@ def dvc_graph(project: Path, dvcfile: str = "dvc.yaml") -> dict[str, Step]:
 
     A digest read as a params file (X/.digest/folder.yaml, X/.digest/NAME.yaml) stands
     for what it digests (X, X/NAME: dear/digest.py); the config's own sections and the jobs'
-    values files (.dear/jobs/) are left out, and so is the `check` stage (`dear plan`), which
+    values files (.dear/jobs/) are left out, and so is the `check` stage (`dear check --jobs`), which
     Snakemake does while it plans (docs/engines.md).
     """
     from dvc.repo import Repo
@@ -85,7 +85,7 @@ def dvc_graph(project: Path, dvcfile: str = "dvc.yaml") -> dict[str, Step]:
         for stage in repo.index.stages:
             if Path(stage.dvcfile.path).resolve() != (project / dvcfile).resolve():
                 continue
-            if stage.cmd.startswith("dear plan "):  # DVC's check stage: Snakemake does it while it plans
+            if stage.cmd.startswith("dear check "):  # DVC's check stage: Snakemake does it while it plans
                 continue
             wdir = Path(os.path.relpath(stage.wdir, project))
             deps = {_digested(os.path.normpath(wdir / dep.def_path)) for dep in stage.deps}

@@ -90,7 +90,7 @@ def test_dvc_plans_every_stage_on_a_fresh_clone(tmp_path, project):
                     [*git, "commit", "-qm", "pipeline"]):
         run(command, origin)
     run(["git", "clone", "-q", str(origin), str(tmp_path / "clone")], tmp_path)
-    stages = len(dvc_graph(project)) + 1  # and the check stage (dear plan)
+    stages = len(dvc_graph(project)) + 1  # and the check stage (dear check --jobs)
     for command in (["repro", "--dry"], ["exp", "run", "--dry"]):
         result = subprocess.run([str(BIN / "dvc"), *command], cwd=tmp_path / "clone", env=engine_env(),
                                 capture_output=True, text=True, timeout=300)
@@ -161,7 +161,7 @@ def test_a_key_given_twice_fails_with_the_same_line_in_every_reader(tmp_path):
     readers = {
         "dear check": [str(BIN / "dear"), "check"],
         "snakemake -n": [str(BIN / "snakemake"), "-n", "--cores", "1"],
-        "DVC's check stage": [str(BIN / "dear"), "plan", "--params", "params.yaml", "--jobs", ".dear/jobs"],
+        "DVC's check stage": [str(BIN / "dear"), "check", "--params", "params.yaml", "--jobs", ".dear/jobs"],
     }
     for name, command in readers.items():
         result = subprocess.run(command, cwd=project, env=engine_env(), capture_output=True, text=True, timeout=300)

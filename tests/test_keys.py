@@ -166,8 +166,8 @@ def test_an_output_of_another_seed_or_from_changed_inputs_is_out_of_date(params,
     assert out_of_date(params, job) == f"train@mmrl-world_objects: its input {shots} changed"
 
 
-def test_dear_plan_writes_each_jobs_values_and_marks_what_is_out_of_date(params, tmp_path):
-    from dear import plan
+def test_the_check_stage_writes_each_jobs_values_and_marks_what_is_out_of_date(params, tmp_path):
+    from dear import engines
     from dear.digest import STALE, write_digests
 
     job = train_job(params, tmp_path)
@@ -176,7 +176,7 @@ def test_dear_plan_writes_each_jobs_values_and_marks_what_is_out_of_date(params,
     write_digests(Path(job.folder), "train")
     later = changed(params, "train.recipes.mmrl.lr", 2.0e-3)
     study = [job if other.name == job.name else other for other in study_jobs.jobs(later)]
-    lines = plan.run(later, "params.yaml", tmp_path / "jobs", study)
+    lines = engines.run(later, "params.yaml", tmp_path / "jobs", study)
     assert lines == ["out of date: train@mmrl-world_objects: train.recipes.mmrl.lr (not set) -> 0.002"]
     digest = yaml.safe_load((tmp_path / "train/.digest/folder.yaml").read_text())
     assert digest["sha256"] == STALE and digest["files"] == len(job.records)
@@ -184,3 +184,12 @@ def test_dear_plan_writes_each_jobs_values_and_marks_what_is_out_of_date(params,
     assert values == {"--method": "mmrl", "--dataset": "world_objects", "--classes": "base",
                       **reads(later, "train", "mmrl", "world_objects")}
     assert len(list((tmp_path / "jobs").rglob("*.yaml"))) == len(study)
+
+
+def test_the_cost_plan_prices_only_the_jobs_a_study_runs(params):
+    """`dear plan` (the cost estimate) counts no transfer job when the protocols are off, and no unread world."""
+    from dear.plan import planned_jobs
+
+    assert any(job.startswith("train_transfer/") for job in planned_jobs(params))
+    assert not any("_transfer/" in job for job in planned_jobs(changed(params, "study.transfer", None)))
+    assert "world" not in planned_jobs(load_params(ROOT / "configs/paper-vitb16.yaml"))

@@ -8,7 +8,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from dear import jobs as dear_jobs
-from dear import plan as dear_plan
+from dear import engines as dear_engines
 from dear import stale as dear_stale
 from dear import strict_yaml
 from dear.params import Params, world_needed
@@ -58,14 +58,14 @@ def params_file():
 # in a dry run and stop a real run in `onstart`.
 MACHINE = []
 if workflow.is_main_process:
-    PARAMS, _stop, MACHINE = dear_plan.config_problems(config_files(), dict(config), params_file_name())
+    PARAMS, _stop, MACHINE = dear_engines.config_problems(config_files(), dict(config), params_file_name())
     if _stop:
-        dear_plan.stop(_stop, params_file_name(), "nothing was planned")
+        dear_engines.stop(_stop, params_file_name(), "nothing was planned")
 else:
     PARAMS = Params.model_validate(dict(config))
 CONFIG = params_file()
 if PARAMS.data.source == "embedded" and os.path.normpath(PARAMS.data.root) != rooted("world"):
-    dear_plan.stop([f"error: {CONFIG}: data.root is {PARAMS.data.root!r}, but this config's embedded world is drawn "
+    dear_engines.stop([f"error: {CONFIG}: data.root is {PARAMS.data.root!r}, but this config's embedded world is drawn "
                     f"into {rooted('world')!r} (output_root/world); set data.root: {rooted('world')}"], CONFIG,
                    "nothing was planned")
 
@@ -108,7 +108,7 @@ def provenance_checked(rule):
         if not workflow.is_main_process or workflow.dag is None:
             return []
         if not _SEEN and workflow.dryrun:
-            dear_plan.warn(MACHINE, CONFIG)
+            dear_engines.warn(MACHINE, CONFIG)
         items = [wildcards[key] for key in ("method", "dataset") if key in wildcards.keys()]
         name = rule + (f"@{'-'.join(items)}" if items else "")
         if name not in _SEEN:

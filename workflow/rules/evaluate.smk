@@ -16,6 +16,8 @@ rule fuse:
         seeds_of(rooted("runs/{method}/{dataset}/fuse/seed{seed}/fusion.json")),
     log:
         rooted("logs/fuse/{method}/{dataset}.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/fuse/{method}/{dataset}.benchmark.tsv")
     shell:
         "dear fuse --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt"
         " --fewshot {R}data/{wildcards.dataset}/fewshot-seed{{seed}}.parquet --classes base --backbone {R}backbone"
@@ -38,6 +40,8 @@ if TRANSFER:  # the transfer protocols are on
             seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
         log:
             rooted("logs/fuse_transfer/{method}.log"),
+        benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+            rooted("logs/fuse_transfer/{method}.benchmark.tsv")
         shell:
             "dear fuse --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt"
             " --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --classes all --backbone {R}backbone"
@@ -60,6 +64,8 @@ rule evaluate:
         metrics=seeds_of(rooted("runs/{method}/{dataset}/eval/seed{seed}/metrics.json")),
     log:
         rooted("logs/evaluate/{method}/{dataset}.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/evaluate/{method}/{dataset}.benchmark.tsv")
     shell:
         "dear evaluate --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt"
         " --fusion {R}runs/{wildcards.method}/{wildcards.dataset}/fuse/seed{{seed}}/fusion.json"
@@ -84,6 +90,8 @@ if TRANSFER:  # the transfer protocols are on
             metrics=seeds_of(rooted("transfer/{method}/eval/seed{seed}/metrics.json")),
         log:
             rooted("logs/evaluate_transfer/{method}.log"),
+        benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+            rooted("logs/evaluate_transfer/{method}.benchmark.tsv")
         shell:
             "dear evaluate --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt"
             " --fusion {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --source {R}data/{SOURCE}"

@@ -10,5 +10,7 @@ rule prepare:
         fewshot=expand(rooted("data/{{dataset}}/fewshot-seed{seed}.parquet"), seed=SEEDS),
     log:
         rooted("logs/prepare/{dataset}.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/prepare/{dataset}.benchmark.tsv")
     shell:
         "dear prepare --params {CONFIG} --dataset {wildcards.dataset} --out {R}data/{wildcards.dataset} --log {log}"

@@ -18,6 +18,8 @@ rule train:
         log=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet")),
     log:
         rooted("logs/train/{method}/{dataset}.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/train/{method}/{dataset}.benchmark.tsv")
     shell:
         "dear train --params {CONFIG} --method {wildcards.method} --dataset {wildcards.dataset} --classes base"
         " --backbone {R}backbone --fewshot {R}data/{wildcards.dataset}/fewshot-seed{{seed}}.parquet --roles {input.roles}"
@@ -39,6 +41,8 @@ if TRANSFER:  # the transfer protocols are on
             log=seeds_of(rooted("transfer/{method}/train/seed{seed}/train_log.parquet")),
         log:
             rooted("logs/train_transfer/{method}.log"),
+        benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+            rooted("logs/train_transfer/{method}.benchmark.tsv")
         shell:
             "dear train --params {CONFIG} --method {wildcards.method} --dataset {SOURCE} --classes all"
             " --backbone {R}backbone --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --roles {input.roles}"

@@ -8,6 +8,8 @@ if READS_WORLD:  # a study of real data and real weights without the sanity chec
             card=WORLD,
         log:
             rooted("logs/world.log"),
+        benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+            rooted("logs/world.benchmark.tsv")
         shell:
             "dear world --params {CONFIG} --out {R}world --log {log}"
 
@@ -22,5 +24,7 @@ rule backbone:
         directory(BACKBONE),
     log:
         rooted("logs/backbone.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/backbone.benchmark.tsv")
     shell:
         "dear backbone --params {CONFIG} --world {R}world --out {R}backbone --log {log}"
