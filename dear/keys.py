@@ -22,7 +22,6 @@ from typing import Any
 from dear.params import Params
 
 
-
 def flat(params: Params) -> dict[str, Any]:
     """{dotted key: value} of every leaf of the config (mappings flattened, lists kept whole)."""
     out: dict[str, Any] = {}
@@ -48,11 +47,6 @@ def reads(params: Params, stage: str, method: str | None = None, dataset: str | 
 
 def _under(values: dict, *prefixes: str) -> list[str]:
     return [key for key in values if any(key == p or key.startswith(p + ".") for p in prefixes)]
-
-
-def _either(values: dict, override: str, base: str) -> str:
-    """The key a value comes from: the override when the config has it, else the base key."""
-    return override if override in values else base
 
 
 def _world(params, values, method, dataset, classes) -> list[str]:
@@ -91,17 +85,15 @@ def _train(params, values, method, dataset, classes) -> list[str]:
     return ["data.seeds", "compute.device", *recipe.keys_read]
 
 
-def _scoring(params, values) -> list[str]:
-    """What fuse and evaluate read to score images (the test transform and precision are the model's recipe's)."""
-    return ["data.seeds", "compute.device", "evaluate.batch_size"]
+SCORING = ["data.seeds", "compute.device", "evaluate.batch_size"]  # fuse and evaluate (transform, precision: the model's)
 
 
 def _fuse(params, values, method, dataset, classes) -> list[str]:
-    return [*_scoring(params, values), "fusion.mode", "fusion.refit_iterations"]
+    return [*SCORING, "fusion.mode", "fusion.refit_iterations"]
 
 
 def _evaluate(params, values, method, dataset, classes) -> list[str]:
-    keys = [*_scoring(params, values), "fusion.novel"]
+    keys = [*SCORING, "fusion.novel"]
     if classes == "all":  # the targets, and the prompts the method writes for their classes (any recipe's)
         transfer = params.study.transfer_on
         targets = [*transfer.cross_dataset, *transfer.domain_generalization] if transfer else []
