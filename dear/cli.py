@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+import click
 import typer
+import typer.core
 
 from dear.check import check_file, stage_problems
 from dear.errors import DearError
@@ -30,6 +32,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: typer 0.29's panels show every flag as `--debug <bool>`
 )
 
 _state = {"debug": False}
@@ -241,7 +244,10 @@ def world(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Draw the embedded emoji world: every embedded dataset in CoOp's layout, with true attributes."""
+    """Draw the embedded emoji world in CoOp's layout.
+
+    Every embedded dataset of the `world:` section, with each image's true attributes.
+    """
     _run_stage("world", params, overrides, log, inputs=dict(), outputs=dict(folder=out))
 
 
@@ -253,7 +259,10 @@ def backbone(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Make the CLIP backbone (train the embedded one, or load real weights) and its card with zero-shot sanity metrics."""
+    """Make the CLIP backbone: train it here or load weights.
+
+    The card holds the weights' sha256 and zero-shot sanity metrics on the world.
+    """
     _run_stage("backbone", params, overrides, log, inputs=dict(world=world), outputs=dict(folder=out))
 
 
@@ -265,7 +274,10 @@ def prepare(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Index a dataset in CoOp's layout: manifest and one few-shot table per seed."""
+    """Index a dataset: manifest and a few-shot table per seed.
+
+    Reads <data.root>/<dataset> in CoOp's layout and checks its images as data.verify asks.
+    """
     _run_stage("prepare", params, overrides, log, inputs=dict(dataset=dataset), outputs=dict(folder=out))
 
 
@@ -278,7 +290,10 @@ def profile(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Profile the image encoder's heads: per-head TextSpan texts, Concept Entropy and roles."""
+    """Give each image head its concepts and a role.
+
+    Per-head TextSpan texts, Concept Entropy and roles of the last profile.layers layers.
+    """
     _run_stage("profile", params, overrides, log, inputs=dict(backbone=backbone, manifest=manifest), outputs=dict(folder=out))
 
 
@@ -300,7 +315,10 @@ def train(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Train one method on one dataset's few-shot training shots, once per seed (resumes from its checkpoint)."""
+    """Train one method on a dataset's few-shot shots, every seed.
+
+    Each seed resumes from its checkpoint when one is there.
+    """
     _run_stage("train", params, overrides, log,
                inputs=dict(method=method, dataset=dataset, seed=None, backbone=backbone, fewshot=fewshot, roles=roles,
                            classes=classes),
@@ -320,7 +338,10 @@ def fuse(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Refit the fusion weights alpha on validation shots, network frozen."""
+    """Refit the fusion weights on validation shots.
+
+    The network stays frozen; only alpha is fitted.
+    """
     _run_stage("fuse", params, overrides, log, inputs=dict(model=model, backbone=backbone, roles=roles, fewshot=fewshot,
                                                 manifest=fewshot.parent / "manifest.parquet", classes=_classes(classes)),
                outputs=dict(fusion=out), seeds=seed)
@@ -341,7 +362,10 @@ def evaluate(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Score a trained model: per-class correct/total counts for the paper's protocols."""
+    """Score a trained model: per-class counts for each protocol.
+
+    Correct/total counts per class for base-to-novel or the transfer protocols of study.*.
+    """
     _run_stage("evaluate", params, overrides, log, inputs=dict(model=model, fusion=fusion, backbone=backbone, roles=roles,
                                                     source=source, classes=_classes(classes), data=data),
                outputs=dict(folder=out), seeds=seed)
@@ -357,55 +381,76 @@ def _classes(value: str) -> str:
 REPORT_LISTS = {"--evals": "evals", "--train-logs": "train_logs", "--roles": "roles"}
 
 
-@app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    epilog="File lists: --evals EVAL.parquet... (required), --train-logs TRAIN_LOG.parquet..., "
-           "--roles roles/<dataset>/heatmap.png... Each list takes every path up to the next option, "
-           "so shell globs work (--evals runs/*/*/eval/seed*/eval.parquet).",
-)
+class _FileListsCommand(typer.core.TyperCommand):
+    """A command whose list options take every path up to the next option (`--evals a b c --roles d`).
+
+    Click options take one value each, so the lists are taken out of the
+    arguments before click parses the rest (into `ctx.meta["file_lists"]`);
+    their options stay declared, so `--help` lists them with the others.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["file_lists"], rest = _file_lists(args, REPORT_LISTS)
+        return super().parse_args(ctx, rest)
+
+
+@app.command(cls=_FileListsCommand)
 def report(
     ctx: typer.Context,
     out: Path = typer.Option(..., help="output folder: results.md/csv, metrics.json, pictures, plots/"),
+    evals: Optional[List[Path]] = typer.Option(
+        None, "--evals", metavar="EVAL.parquet...",
+        help="(required) eval tables of `dear evaluate`; takes every path up to the next option, so shell globs "
+             "work: --evals runs/*/*/eval/seed*/eval.parquet"),
+    train_logs: Optional[List[Path]] = typer.Option(
+        None, "--train-logs", metavar="TRAIN_LOG.parquet...", help="train logs of `dear train` (loss curves), as --evals"),
+    roles: Optional[List[Path]] = typer.Option(
+        None, "--roles", metavar="HEATMAP.png...", help="roles/<dataset>/heatmap.png of `dear profile`, as --evals"),
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Aggregate eval tables into the paper's tables, pictures and DVC metrics."""
-    try:
-        lists = _file_lists(ctx.args, REPORT_LISTS)
-    except DearError as err:
-        typer.echo(f"error: {err}; see dear report --help", err=True)
-        raise typer.Exit(code=2)
-    _run_stage("report", params, overrides, log, inputs=lists, outputs=dict(folder=out))
+    """Aggregate eval tables into the paper's tables and pictures.
+
+    Also writes DVC metrics and plots (docs/report.md).
+    """
+    _run_stage("report", params, overrides, log, inputs=ctx.meta["file_lists"], outputs=dict(folder=out))
 
 
-def _file_lists(args: list[str], flags: dict[str, str]) -> dict[str, list[Path]]:
-    """Split extra arguments `--flag a b c --other d` into {name: [paths]} (greedy, order kept).
+def _file_lists(args: list[str], flags: dict[str, str]) -> tuple[dict[str, list[Path]], list[str]]:
+    """({name: [paths]} of every `--flag a b c` in `args`, the other arguments), greedy, order kept.
 
-    Click options take one value each; these lists take every path up to the
-    next option, so a shell glob (or Snakemake's `{input.evals}`) can follow them.
+    A list takes every argument up to the next one starting with `-`, so a
+    shell glob (or Snakemake's `{input.evals}`) can follow its flag; click
+    parses the other arguments (and names what it does not know).
     """
     lists: dict[str, list[Path]] = {name: [] for name in flags.values()}
+    rest: list[str] = []
     current = None
     for token in args:
-        flag, _, value = token.partition("=") if token.startswith("--") else (None, "", token)
-        if flag is not None:
-            if flag not in flags:
-                raise DearError(f"no such option: {flag}")
-            current = flags[flag]
-            if not value:
-                continue
-        if current is None:
-            raise DearError(f"unexpected argument {token!r}; put files after {', '.join(flags)}")
-        lists[current].append(Path(value))
-    return lists
+        if token.startswith("-"):
+            flag, _, value = token.partition("=")
+            current = flags.get(flag)
+            if current is None:
+                rest.append(token)
+            elif value:
+                lists[current].append(Path(value))
+        elif current is not None:
+            lists[current].append(Path(token))
+        else:
+            rest.append(token)
+    return lists, rest
 
 
 # --- utilities, after the stages in --help -----------------------------------------
 
 @app.command()
 def check(params: Path = ParamsOption) -> None:
-    """List every problem of a params file (values, data folders, weights, device, SVD rank...) before any job runs."""
+    """List every problem of a params file before any job runs.
+
+    Values, data folders, weights, device, SVD rank...; warnings (fewer shots than asked, more loader
+    processes than CPUs) are printed too but do not fail the check.
+    """
     try:
         _, found = check_file(params)
     except DearError as err:
@@ -421,7 +466,9 @@ def check(params: Path = ParamsOption) -> None:
 
 @app.command("fetch-weights")
 def fetch_weights(params: Path = ParamsOption) -> None:
-    """Download the configured open_clip weights (model.arch + model.pretrained) into model.cache_dir.
+    """Download the configured open_clip weights (needs network).
+
+    model.arch + model.pretrained, into model.cache_dir.
 
     The one command that uses the network: run it where there is some (a cluster's login node);
     stages on compute nodes then read the cache offline.
