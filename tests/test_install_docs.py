@@ -33,6 +33,20 @@ def test_constraints_pin_torch_inside_the_ranges_and_make_installs_with_them():
     assert installs and all("-c constraints.txt" in line for line in installs)
 
 
+def test_the_project_metadata_reads_without_a_deprecation_warning():
+    """setuptools warned on every install that `project.license` as a table is deprecated (PEP 639)."""
+    import warnings
+
+    from setuptools.config import pyprojecttoml
+    from setuptools.dist import Distribution
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        distribution = Distribution()
+        pyprojecttoml.apply_configuration(distribution, ROOT / "pyproject.toml")
+    assert distribution.metadata.license_expression == "MIT"
+
+
 def test_the_docs_name_only_params_keys_that_exist():
     for doc in DOCS:
         for key in re.findall(rf"`((?:{SECTIONS})\.[a-z_.]+)", doc.read_text()):
