@@ -13,6 +13,7 @@ import gc
 import importlib
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -21,6 +22,7 @@ import click
 import typer
 import typer.core
 
+from dear import cpus, status, supervise
 from dear.check import check_file, stage_problems
 from dear.errors import DearError
 from dear.model.methods import METHODS
@@ -35,7 +37,7 @@ app = typer.Typer(
     rich_markup_mode=None,  # click's plain help: typer 0.29's panels show every flag as `--debug <bool>`
 )
 
-_state = {"debug": False}
+_state = {"debug": False, "threads": None, "supervise": False}
 
 ParamsOption = typer.Option(DEFAULT_PATH, "--params", help="parameters file (one section per stage)")
 LogOption = typer.Option(None, "--log", help="also write this stage's log to this file")
@@ -60,10 +62,17 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _main(
     debug: bool = typer.Option(False, "--debug", help="show tracebacks for errors"),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", min=1, metavar="N",
+        help="CPUs the stage may use: torch threads plus image-loading processes. Default: OMP_NUM_THREADS when set "
+             "(Snakemake sets it to each rule's threads), else what the config asks for: 1 + compute.workers for "
+             "profile, train, fuse and evaluate; data.workers for prepare; backbone.threads for backbone; 1 for the "
+             "rest (docs/compute.md)"),
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="print the version and exit"),
 ) -> None:
     _state["debug"] = debug
+    _state["threads"] = threads
 
 
 def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional[Path], inputs: dict, outputs: dict,
@@ -76,7 +85,9 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
     (heavy) imports, every output location of every seed is checked before the
     first seed's work starts (a read-only folder is found in seconds, not after
     a training run), and a `DearError` anywhere becomes one line on stderr and
-    exit code 1.
+    exit code 1. However the stage stops, its last line says why and where
+    (`_stopped`); run as the `dear` command, a parent process watches it and
+    writes that line when it is killed outright (`dear.supervise`).
     """
     from dear import io  # pyarrow: not for --help and --version
 
@@ -86,11 +97,16 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         _check_log_outside(log, outputs.get("folder"))
         _configure_logging(log)
         logging_to_file = log is not None
+        if _state.get("supervise"):
+            supervise.supervise(lambda line: _print_errors(DearError(line), log))
+        _stop_on_signals()
+        status.update(stage=name)
         loaded = load_params(params, sets or ())
         io.record_overrides(parse_overrides(sets or ()))
         stage_problems(loaded, name, str(params))  # every problem of this stage's params, before torch loads
         runs = seed_runs(inputs, outputs, seeds, loaded.data.seeds)
         stage = _import_stage(name)
+        cpus.apply(cpus.budget(loaded, name, _state.get("threads")), name)
         from dear.io import check_outputs
 
         for _, _, seed_outputs in runs:  # every seed's outputs, before the first seed's work
@@ -98,6 +114,8 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
             if len(runs) > 1:
                 logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
+            status.update(seed=None if seed is None else f"{seed}" + (f" ({index} of {len(runs)})" if len(runs) > 1 else ""),
+                          step=None, checkpoint=None, checkpoint_file=None)
             stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
         _write_digests(name, outputs)
     except DearError as err:
@@ -105,8 +123,67 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
             raise
         _print_errors(err, log if logging_to_file else None)
         raise typer.Exit(code=1)
+    except (KeyboardInterrupt, Stopped) as stop:
+        _print_errors(DearError(_stopped(stop)), log if logging_to_file else None)
+        raise typer.Exit(code=128 + getattr(stop, "signum", signal.SIGINT))
+    except Exception as err:
+        if _state["debug"]:
+            raise
+        if not out_of_memory(err):
+            logging.getLogger("dear").exception("%s stopped on an unexpected error; the traceback:", name)
+        _print_errors(DearError(_failed(err)), log if logging_to_file else None)
+        raise typer.Exit(code=1)
     finally:
         io.record_overrides({})  # a later command in this process (tests) starts clean
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP reached the stage: stop like Ctrl-C (a scheduler's time limit, scancel, Snakemake stopping)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGHUP stop the stage once; a second one (a whole process group signalled, then the parent
+    handing its copy on) would break into the exit."""
+    def stop(signum: int, _frame) -> None:
+        for other in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(other, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
+
+
+def _stopped(stop: BaseException) -> str:
+    """The last line of a stage stopped by Ctrl-C or a signal: where, and what a rerun does."""
+    if isinstance(stop, Stopped):
+        what = (f"stopped by {signal.Signals(stop.signum).name} (a scheduler's time limit, scancel, or the workflow "
+                "stopping)")
+    else:
+        what = "interrupted (Ctrl-C)"
+    return f"{what} after {status.elapsed()}, {status.where()}; {status.resume_hint()}"
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Python's MemoryError, or torch's failed allocation (CPU: "can't allocate memory", CUDA: OutOfMemoryError)."""
+    text = str(err).lower()
+    return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or (
+        isinstance(err, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))
+
+
+def _failed(err: Exception) -> str:
+    """The last line of a stage stopped by an exception that is not a DearError (bad input has its own line)."""
+    message = " ".join(str(err).split())[:300]
+    if out_of_memory(err):
+        limits = supervise.memory_limits()
+        memory = f"peak memory {status.peak_memory_gb():.2f} GB" + (f" (limits: {', '.join(limits)})" if limits else "")
+        return (f"out of memory after {status.elapsed()}, {status.where()} ({type(err).__name__}: {message}); "
+                f"{memory}; lower a batch size or give the job more memory; {status.resume_hint()}")
+    return (f"{type(err).__name__}: {message}, after {status.elapsed()}, {status.where()}; an error dear does not "
+            "expect (a bug, or a broken install): the traceback is above and in the log; please report it with them")
 
 
 def _import_stage(name: str):
@@ -491,6 +568,8 @@ def fetch_weights(params: Path = ParamsOption) -> None:
 
 
 def main() -> None:
+    """The `dear` command: a stage runs watched by a parent that reports its death by a signal (dear.supervise)."""
+    _state["supervise"] = True
     app()
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
+from dear import cpus
 from dear import device as devices
 from dear.data.manifest import check_images_exist, read_rgb, select
 from dear.data.manifest import classnames as manifest_classnames
@@ -120,7 +121,7 @@ def _frozen_blocks(adapted, images: ImageSet, transform, batch_size: int, comput
     """The frozen blocks' output [B, 1+N, D] per batch of images, decoded by `compute.workers` processes."""
     device = adapted.device
     loader = torch.utils.data.DataLoader(_Images(images.paths, transform), batch_size=batch_size,
-                                         num_workers=compute.workers, pin_memory=device.type == "cuda")
+                                         num_workers=cpus.processes(compute.workers), pin_memory=device.type == "cuda")
     for pixels in track(from_workers(loader), description, total=len(loader)):
         with devices.autocast(device, compute.precision):
             yield adapted.image_prefix(pixels.to(device, non_blocking=True))

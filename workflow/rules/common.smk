@@ -6,6 +6,8 @@ from pathlib import Path
 import yaml
 from snakemake.exceptions import WorkflowError
 
+from dear.cpus import wanted as cpus_wanted
+
 # Every path a rule writes is under the config's output_root ('.' for the demo): R is the prefix
 # shell commands put before each path ("" or "<root>/"), rooted() the same for input/output lists.
 ROOT = os.path.normpath(config["output_root"])
@@ -80,6 +82,13 @@ def code(*paths):
 def seeds_of(pattern):
     """`pattern`'s files for every seed; other {wildcards} stay for Snakemake to fill."""
     return expand(pattern, seed=SEEDS, allow_missing=True)
+
+
+def cpus_of(stage):
+    """A rule's `threads:`: the CPUs `dear <stage>` uses under this config by itself (dear/cpus.py), so that
+    Snakemake never runs more than --cores at once. It hands them to the job as OMP_NUM_THREADS, which the stage
+    reads, and scales them down to --cores; a DVC or by-hand run uses the same number."""
+    return cpus_wanted(config, stage)
 
 
 def section(*names):

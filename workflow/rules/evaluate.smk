@@ -16,6 +16,7 @@ rule fuse:
         seeds_of(rooted("runs/{method}/{dataset}/fuse/seed{seed}/fusion.json")),
     params:
         section=section("fusion", "evaluate"),
+    threads: cpus_of("fuse")
     log:
         rooted("logs/fuse/{method}/{dataset}.log"),
     shell:
@@ -38,6 +39,7 @@ rule fuse_transfer:
         seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
     params:
         section=section("fusion", "evaluate"),
+    threads: cpus_of("fuse")
     log:
         rooted("logs/fuse_transfer/{method}.log"),
     shell:
@@ -61,6 +63,7 @@ rule evaluate:
         metrics=seeds_of(rooted("runs/{method}/{dataset}/eval/seed{seed}/metrics.json")),
     params:
         section=section("fusion", "evaluate", "study"),
+    threads: cpus_of("evaluate")
     log:
         rooted("logs/evaluate/{method}/{dataset}.log"),
     shell:
@@ -85,6 +88,7 @@ rule evaluate_transfer:
         metrics=seeds_of(rooted("transfer/{method}/eval/seed{seed}/metrics.json")),
     params:
         section=section("fusion", "evaluate", "study"),
+    threads: cpus_of("evaluate")
     log:
         rooted("logs/evaluate_transfer/{method}.log"),
     shell:

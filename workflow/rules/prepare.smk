@@ -9,6 +9,7 @@ rule prepare:
         fewshot=expand(rooted("data/{{dataset}}/fewshot-seed{seed}.parquet"), seed=SEEDS),
     params:
         section=section("data"),
+    threads: cpus_of("prepare")
     log:
         rooted("logs/prepare/{dataset}.log"),
     shell:

@@ -15,6 +15,7 @@ rule profile:
     params:
         section=section("profile", "world", "data"),
         out=rooted(f"roles/{PROFILED}"),
+    threads: cpus_of("profile")
     log:
         rooted("logs/profile.log"),
     shell:

@@ -24,6 +24,7 @@ rule report:
         directory(rooted("report/roles")),
     params:
         section=section("report", "data"),
+    threads: cpus_of("report")
     log:
         rooted("logs/report.log"),
     shell:

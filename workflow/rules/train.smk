@@ -18,6 +18,7 @@ rule train:
         log=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet")),
     params:
         section=section("dear", "train", "fusion"),
+    threads: cpus_of("train")
     log:
         rooted("logs/train/{method}/{dataset}.log"),
     shell:
@@ -39,6 +40,7 @@ rule train_transfer:
         log=seeds_of(rooted("transfer/{method}/train/seed{seed}/train_log.parquet")),
     params:
         section=section("dear", "train", "fusion"),
+    threads: cpus_of("train")
     log:
         rooted("logs/train_transfer/{method}.log"),
     shell:

@@ -6,6 +6,7 @@ rule world:
         card=WORLD,
     params:
         section=section("world"),
+    threads: cpus_of("world")
     log:
         rooted("logs/world.log"),
     shell:
@@ -21,6 +22,7 @@ rule backbone:
         directory(BACKBONE),
     params:
         section=section("world", "model", "backbone"),
+    threads: cpus_of("backbone")
     log:
         rooted("logs/backbone.log"),
     shell:
