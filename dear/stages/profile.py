@@ -26,6 +26,7 @@ import pyarrow as pa
 import torch
 from torch import nn
 
+from dear import cpus
 from dear import device as devices
 from dear.data.manifest import read_manifest, select
 from dear.errors import DearError
@@ -206,7 +207,7 @@ def _stack(items: list) -> torch.Tensor | str:
 def image_batches(paths: list[str], preprocess, batch_size: int, workers: int = 0,
                   device: torch.device = torch.device("cpu")) -> Iterator[torch.Tensor]:
     """Preprocessed image batches [B, 3, S, S] on `device`, in order; `workers` processes decode them."""
-    loader = torch.utils.data.DataLoader(_Images(paths, preprocess), batch_size=batch_size, num_workers=workers,
+    loader = torch.utils.data.DataLoader(_Images(paths, preprocess), batch_size=batch_size, num_workers=cpus.processes(workers),
                                          collate_fn=_stack, pin_memory=device.type == "cuda")
     for batch in track(loader, description="profiling images", total=len(loader)):
         if isinstance(batch, str):
