@@ -23,6 +23,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dear.errors import DearError
 
 DEFAULT_PATH = "params.yaml"
+_in_use = [DEFAULT_PATH]  # the params file of this process's stage: what its messages ask to edit
+
+
+def in_use() -> str:
+    """The params file the running stage read (`dear.cli` sets it: --params); params.yaml elsewhere."""
+    return _in_use[0]
+
+
+def use(path: str | Path) -> None:
+    _in_use[0] = str(path)
 
 
 class Section(BaseModel):
@@ -402,12 +412,22 @@ def read_yaml(path: str | Path) -> dict:
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise DearError(f"{path}: not valid YAML{where}; fix the syntax")
+        raise DearError(f"{path}: {yaml_problem(err)}; fix the syntax") from None
     if not isinstance(raw, dict):
         raise DearError(f"{path}: expected a mapping of sections at the top level")
     return raw
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """The parser's own words and where: 'not valid YAML at line 4, column 1: could not find expected ':'
+    (while scanning a simple key at line 3, column 3)'."""
+    def at(mark) -> str:
+        return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+
+    problem = getattr(err, "problem", None) or " ".join(str(err).split())
+    context = getattr(err, "context", None)
+    return (f"not valid YAML{at(getattr(err, 'problem_mark', None))}: {problem}"
+            + (f" ({context}{at(getattr(err, 'context_mark', None))})" if context else ""))
 
 
 def load_params(path: str | Path = DEFAULT_PATH, overrides: Sequence[str] = ()) -> Params:
@@ -445,8 +465,8 @@ def _parse_override(item: str) -> tuple[str, Any]:
         raise DearError(f"--set {item}: expected KEY=VALUE with a dotted key, e.g. --set data.shots=4")
     try:
         return key, yaml.safe_load(value)
-    except yaml.YAMLError:
-        raise DearError(f"--set {item}: the value is not valid YAML; quote it or fix the syntax") from None
+    except yaml.YAMLError as err:
+        raise DearError(f"--set {item}: the value is {yaml_problem(err)}; quote it or fix the syntax") from None
 
 
 def apply_overrides(raw: dict, overrides: Sequence[str]) -> None:

@@ -28,7 +28,7 @@ from torch import nn
 
 from dear import cpus
 from dear import device as devices
-from dear.data.manifest import read_manifest, select
+from dear.data.manifest import UNREADABLE_HINT, read_manifest, select
 from dear.errors import DearError
 from dear.io import output_folder, provenance, write_bytes, write_parquet, write_text
 from dear.model import ablation as abl
@@ -196,7 +196,7 @@ class _Images(torch.utils.data.Dataset):
             with Image.open(path) as image:
                 return self.preprocess(image.convert("RGB"))
         except OSError as err:  # PIL's UnidentifiedImageError is an OSError
-            return f"{path}: not a readable image ({type(err).__name__}); fix or remove it and rerun `dear prepare`"
+            return f"{path}: not a readable image ({type(err).__name__}); {UNREADABLE_HINT}"
 
 
 def _stack(items: list) -> torch.Tensor | str:
