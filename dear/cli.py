@@ -24,9 +24,11 @@ import typer.core
 
 from dear import cpus, status, supervise
 from dear.check import check_file, stage_problems
+from dear.check import warnings as check_warnings
 from dear.errors import DearError
 from dear.model.methods import METHODS
 from dear.params import DEFAULT_PATH, load_params, parse_overrides
+from dear.params import use as use_params
 
 app = typer.Typer(
     name="dear",
@@ -101,6 +103,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
             supervise.supervise(lambda line: _print_errors(DearError(line), log))
         _stop_on_signals()
         status.update(stage=name)
+        use_params(params)  # messages name the file the user passed, not params.yaml
         loaded = load_params(params, sets or ())
         io.record_overrides(parse_overrides(sets or ()))
         stage_problems(loaded, name, str(params))  # every problem of this stage's params, before torch loads
@@ -135,6 +138,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         raise typer.Exit(code=1)
     finally:
         io.record_overrides({})  # a later command in this process (tests) starts clean
+        use_params(DEFAULT_PATH)
 
 
 class Stopped(BaseException):
@@ -529,10 +533,12 @@ def check(params: Path = ParamsOption) -> None:
     processes than CPUs) are printed too but do not fail the check.
     """
     try:
-        _, found = check_file(params)
+        loaded, found = check_file(params)
     except DearError as err:
         _print_errors(err)
         raise typer.Exit(code=1)
+    for line in check_warnings(loaded, str(params)) if loaded is not None else ():
+        typer.echo(f"warning: {line}", err=True)
     if found:
         for line in found:
             typer.echo(f"error: {line}", err=True)

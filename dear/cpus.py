@@ -7,7 +7,7 @@ train, fuse and evaluate, one thread for world and report. The Snakefile
 declares that number as each rule's `threads:`, so Snakemake never starts
 more work than `--cores` (or a Slurm job's CPUs), and hands it to the job as
 OMP_NUM_THREADS; DVC and a person running a stage by hand get the same
-number by default. A job given fewer CPUs (Snakemake's `--cores` below a
+number by default (at most the CPUs the process may run on). A job given fewer CPUs (Snakemake's `--cores` below a
 rule's threads, OMP_NUM_THREADS, `dear --threads N`) uses fewer: its torch
 threads plus its worker processes never exceed them, so two stages on two
 cores no longer run four spinning threads (docs/performance.md).
@@ -52,6 +52,11 @@ def wanted(config: dict, stage: str) -> int:
     return 1
 
 
+def available() -> int:
+    """CPUs this process may run on (its affinity: a Slurm job's or a container's, not the machine's)."""
+    return len(os.sched_getaffinity(0))
+
+
 def given(option: int | None) -> tuple[int | None, str]:
     """The CPUs this job was given: `dear --threads`, else OMP_NUM_THREADS (Snakemake and Slurm set it), else none."""
     if option is not None:
@@ -66,7 +71,8 @@ def budget(params, stage: str, option: int | None = None) -> Budget:
     """How a job splits its CPUs between its own threads and its worker processes."""
     cpus, source = given(option)
     if cpus is None:
-        cpus, source = wanted(params.model_dump(include={"data", "backbone", "compute"}), stage), "the config (default)"
+        asked = wanted(params.model_dump(include={"data", "backbone", "compute"}), stage)
+        cpus, source = min(asked, available()), "the config (default)"
     if stage == "prepare":  # the main process waits while the checkers work
         return Budget(cpus, 1, min(params.data.workers, cpus), source)
     if stage == "backbone":
@@ -90,7 +96,7 @@ def apply(found: Budget, stage: str) -> None:
     threadpool_limits(limits=found.threads)  # numpy's OpenBLAS and any OpenMP already loaded
     extra = f" + {found.processes} worker process(es)" if found.processes else ""
     log.info("%s: %d thread(s)%s, of %d CPU(s) from %s", stage, found.threads, extra, found.cpus, found.source)
-    if found.threads + found.processes > found.cpus:
+    if stage == "backbone" and found.threads > found.cpus:
         log.warning("backbone.threads is %d but this job was given %d CPU(s): pretraining runs %d threads anyway, "
                     "since the weights depend on the thread count (set backbone.threads to change them)",
                     found.threads, found.cpus, found.threads)

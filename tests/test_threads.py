@@ -50,10 +50,18 @@ def params(**changes) -> Params:
 ])
 def test_a_stage_never_uses_more_cpus_than_it_was_given(stage, given, threads, processes, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpus, "available", lambda: 64)
     found = cpus.budget(params(compute__workers=2, data__workers=3), stage, given)
     assert (found.threads, found.processes) == (threads, processes)
     busy = found.processes if stage == "prepare" else found.threads + found.processes  # prepare waits on its checkers
     assert busy <= found.cpus
+
+
+def test_by_hand_a_stage_takes_at_most_the_cpus_it_may_run_on(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpus, "available", lambda: 2)
+    found = cpus.budget(params(compute__workers=8), "evaluate")
+    assert (found.cpus, found.threads, found.processes) == (2, 1, 1)
 
 
 def test_snakemake_s_threads_reach_the_stage_through_omp_num_threads(monkeypatch):
@@ -98,6 +106,7 @@ def test_snakemake_gives_each_job_what_dear_uses_by_itself_under_dvc_or_by_hand(
     planned = _rule_threads(project)
     assert set(planned) == set(STAGE_OF_RULE)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpus, "available", lambda: 64)  # the rules ask regardless of this machine; --cores scales
     loaded = Params.model_validate(raw)
     for rule, stage in STAGE_OF_RULE.items():
         assert planned[rule] == cpus.budget(loaded, stage).cpus, rule

@@ -37,6 +37,7 @@ class Page:
     heatmaps: list[str]        # file names under the report folder (roles/<ds>.png)
     has_loss: bool
     ablations: dict[str, list[str]] = field(default_factory=dict)  # dataset -> markdown table of the role validation
+    notes: list[str] = field(default_factory=list)  # paragraphs under the first one: what the run was (dear/stages/report.py)
 
 
 def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None = None,
@@ -51,6 +52,7 @@ def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None =
         f"(data.seeds). {MISSING} = no result (missing, never zero). **Bold**: the best mean of its column.",
         "",
     ]
+    lines += [line for note in page.notes for line in (note, "")]
     lines += _warnings(results, page)
     b2n = results[results["protocol"] == "base_to_novel"]
     lines += _base_to_novel(b2n, page)

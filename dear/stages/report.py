@@ -25,7 +25,7 @@ from typing import ClassVar
 import pandas as pd
 
 from dear.errors import DearError
-from dear.io import output_folder, provenance, read_parquet, write_bytes, write_json
+from dear.io import output_folder, provenance, read_parquet, read_provenance, write_bytes, write_json
 from dear.params import Params
 from dear.model import ablation
 from dear.report import markdown, plots, tables
@@ -67,7 +67,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     page = markdown.Page(decimals=params.report.decimals, methods=conventions.methods, seeds=conventions.seeds,
                          ddof=conventions.ddof, std_warning=conventions.std_warning, n_evals=len(set(inputs.evals)),
                          reference=params.report.reference, heatmaps=[f"roles/{name}.png" for name in heatmaps],
-                         has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()})
+                         has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()},
+                         notes=notes(params, inputs.train_logs))
     files = {
         "results.md": markdown.render(results, page, differences, streams).encode(),
         "results.csv": _csv(results),
@@ -89,6 +90,29 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         write_json(folder / "metrics.json", metrics(results, differences))
         write_json(folder / "provenance.json", {"provenance": record})
     _log_summary(results, outputs.folder)
+
+
+SMOKE_ARCHS = ("dear-world-tiny",)  # the smoke study's backbone (configs/smoke.yaml): a test-sized model
+
+
+def notes(params: Params, train_logs: list[Path]) -> list[str]:
+    """What the page says about the run before its numbers: a smoke run's numbers mean nothing; the shots used."""
+    found = []
+    if params.model.arch in SMOKE_ARCHS:
+        found.append(f"**These numbers mean nothing.** This run used `{params.model.arch}`, the smoke study's "
+                     f"test-sized backbone ({params.backbone.steps} pretraining steps, {params.world.n_objects} "
+                     "objects): it shows that every stage of every protocol runs, not how the methods compare. "
+                     "`make demo` runs the demo study.")
+    used = [read_provenance(path).get("shots_per_class") for path in train_logs]
+    used = [shots for shots in used if shots]
+    if used:
+        fewest, most = min(low for low, _ in used), max(high for _, high in used)
+        shots = f"{fewest}" if fewest == most else f"{fewest}-{most}"
+        asked = params.data.shots
+        found.append(f"Training shots per class: {shots} (data.shots: {asked})" + (
+            "; fewer where a dataset has fewer training images of a class, so this is not a "
+            f"{asked}-shot study." if fewest < asked else "."))
+    return found
 
 
 def read_heatmaps(paths: list[Path]) -> dict[str, bytes]:

@@ -121,6 +121,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     if spec.role_masks:
         used["roles"] = inputs.roles
     made_by = provenance(_sections(params), used, inputs.seed)
+    made_by["shots_per_class"] = shots.per_class()  # what the report states as the shots used
     with output_folder(outputs.folder, Outputs.FILES) as folder:
         write_parquet(folder / "train_log.parquet", _log_table(rows), TRAIN_LOG_SCHEMA, made_by)
         save_trained(folder / "model.pt", model, {**record, "provenance": made_by})

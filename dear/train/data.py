@@ -33,6 +33,11 @@ class Shots:
     labels: list[int]
     classnames: list[str]
 
+    def per_class(self) -> list[int]:
+        """[fewest, most] training shots of one class: fewer than data.shots where a class has fewer images."""
+        counts = np.bincount(self.labels, minlength=len(self.classnames))
+        return [int(counts.min()), int(counts.max())]
+
 
 def training_shots(path: Path, subset: str = "base") -> Shots:
     """Training shots of `subset` ("base": labels are subset_label; "all": every class, labels are label).
