@@ -99,3 +99,17 @@ def test_an_empty_job_log_gets_what_snakemake_saw_of_the_command_s_end(tmp_path,
 
 def test_a_run_without_failures_says_so(tmp_path):
     assert summarize(tmp_path, "Finished jobid: 1 (Rule: prepare)\n").stdout == "No failed jobs.\n"
+
+
+def test_job_logs_are_read_where_snakemake_ran_whatever_the_current_folder(tmp_path):
+    """Snakemake's log lies in <project>/.snakemake/log/: the job logs it names are relative to <project>."""
+    project = tmp_path / "project"
+    (project / ".snakemake/log").mkdir(parents=True)
+    (project / "logs/train_transfer").mkdir(parents=True)
+    (project / "logs/train_transfer/mmrl.log").write_text("error: out of memory after 3 s, in train\n")
+    log = project / ".snakemake/log/run.snakemake.log"
+    log.write_text(KILLED.format(how="returned non-zero exit status 1"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = subprocess.run([sys.executable, str(SCRIPT), str(log)], capture_output=True, text=True, cwd=elsewhere).stdout
+    assert "      why: out of memory after 3 s, in train" in out.splitlines()

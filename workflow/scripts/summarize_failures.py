@@ -89,11 +89,12 @@ def _ending(match: re.Match) -> str:
     return f"exit code {code}"
 
 
-def why(failure: Failure) -> str:
-    """The cause a job's logs end with, else what Snakemake saw of the command's end."""
+def why(failure: Failure, project: Path) -> str:
+    """The cause a job's logs end with (paths relative to `project`), else what Snakemake saw of the command's end."""
     for path in failure.logs:
         try:
-            lines = [line.strip() for line in Path(path).read_text(errors="replace").splitlines() if line.strip()]
+            text = (project / path).read_text(errors="replace")
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
         except OSError:
             continue
         if lines:
@@ -102,7 +103,7 @@ def why(failure: Failure) -> str:
     return f"its log is empty or missing: the job ended before it wrote a line{seen}"
 
 
-def summary(failures: list[Failure]) -> str:
+def summary(failures: list[Failure], project: Path = Path(".")) -> str:
     if not failures:
         return "No failed jobs."
     lines = [f"{len(failures)} failed job(s): why each stopped, and the logs to read:"]
@@ -111,7 +112,7 @@ def summary(failures: list[Failure]) -> str:
         where = f" [Slurm job {failure.fields['external_jobid']}: {failure.slurm_status or 'failed'}]" \
             if "external_jobid" in failure.fields else ""
         lines.append(f"  rule {failure.rule} -> {outputs}{where}")
-        lines.append(f"      why: {why(failure)}")
+        lines.append(f"      why: {why(failure, project)}")
         lines += [f"      {path}" for path in failure.logs]
     return "\n".join(lines)
 
@@ -120,8 +121,15 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: summarize_failures.py SNAKEMAKE_LOG", file=sys.stderr)
         return 2
-    print(summary(failed_jobs(Path(argv[0]).read_text(errors="replace"))))
+    log = Path(argv[0])
+    print(summary(failed_jobs(log.read_text(errors="replace")), project_of(log)))
     return 0
+
+
+def project_of(log: Path) -> Path:
+    """Where Snakemake ran (job logs are relative to it): above .snakemake/log/, else here."""
+    resolved = log.resolve()
+    return resolved.parents[2] if resolved.parent.name == "log" and resolved.parents[1].name == ".snakemake" else Path(".")
 
 
 if __name__ == "__main__":
