@@ -56,16 +56,22 @@ def evaluation_ratio(args) -> dict:
     import torch
     from PIL import Image
 
+    from types import SimpleNamespace
+
+    from dear import device as devices
     from dear import evaluation
-    from dear.model.dear import Adapted
-    from dear.model.methods import method
+    from dear.methods import create
     from dear.params import load_params
 
     params = load_params(ROOT / "params.yaml")
     model, size = profile_speed.make_model(args.arch)
     tokenizer = train_step.backbone(args.arch)[1]
-    adapted = Adapted(model, tokenizer, method("zeroshot", params),
-                      params.train.template).eval()
+    backbone = SimpleNamespace(model=model, tokenizer=tokenizer)
+
+    def method(name):
+        return create(name, backbone, params.train.recipe(name, "world_objects", "base_to_novel")).eval()
+
+    adapted = method("zeroshot")
     folder = Path(tempfile.mkdtemp(prefix="dear-bench-"))
     rng = np.random.default_rng(0)
     paths = []
@@ -73,7 +79,8 @@ def evaluation_ratio(args) -> dict:
         paths.append(str(folder / f"{index}.png"))
         Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(paths[-1])
     images = evaluation.ImageSet(paths=paths, labels=[0] * len(paths), classnames=["x"])
-    transform = evaluation.eval_transform(adapted, params.train.augmentation)
+    transform = evaluation.eval_transform(adapted)
+    precision = devices.Precision("fp32", torch.device("cpu"))
 
     @torch.no_grad()
     def plain():
@@ -81,24 +88,23 @@ def evaluation_ratio(args) -> dict:
         for pixels in loader:
             model.encode_image(pixels)
 
-    compute = params.compute.model_copy(update={"workers": 0})
     median = interleave({"plain": plain, "evaluate": lambda: evaluation.encode_images(
-        adapted, images, transform, args.batch, compute, "bench")}, args.repeats)
+        adapted, images, transform, args.batch, 0, precision, "bench")}, args.repeats)
     return {"ratio": median["plain"] / median["evaluate"], "images_per_s": args.images / median["evaluate"],
-            "reuse": {name: reuse_ratio(Adapted(model, tokenizer, method(name, params), params.train.template).eval(),
-                                        params, images, transform, compute, args) for name in ("zeroshot", "dear_nomask")}}
+            "reuse": {name: reuse_ratio(method(name), params, images, transform, precision, args)
+                      for name in ("zeroshot", "dear_nomask")}}
 
 
-def reuse_ratio(adapted, params, images, transform, compute, args) -> float:
+def reuse_ratio(adapted, params, images, transform, precision, args) -> float:
     """A later seed's evaluation (frozen blocks kept from the first seed) / the first seed's, same images."""
     from dear import evaluation
 
     reuse = evaluation.Reuse("bench", params.evaluate.reuse_mb)
-    evaluation.encode_images(adapted, images, transform, args.batch, compute, "bench", reuse)  # the first seed keeps
-    median = interleave({"first": lambda: evaluation.encode_images(adapted, images, transform, args.batch, compute,
-                                                                   "bench"),
-                         "later": lambda: evaluation.encode_images(adapted, images, transform, args.batch, compute,
-                                                                   "bench", reuse)}, args.repeats)
+    def encode(kept=None):
+        return evaluation.encode_images(adapted, images, transform, args.batch, 0, precision, "bench", kept)
+
+    encode(reuse)  # the first seed keeps its frozen blocks
+    median = interleave({"first": encode, "later": lambda: encode(reuse)}, args.repeats)
     evaluation._kept.clear()
     return median["later"] / median["first"]
 

@@ -34,19 +34,21 @@ class Bench:
     def __init__(self, model, tokenizer, method_name: str, classes: int, batch: int, device: str):
         import torch
 
+        from types import SimpleNamespace
+
+        from dear import device as devices
+        from dear.methods import create
         from dear.model import internals
-        from dear.model.dear import Adapted
-        from dear.model.losses import Weights
-        from dear.model.methods import method
         from dear.params import load_params
         from dear.train.data import Schedule
         from dear.train.trainer import make_loop
 
         params = load_params(ROOT / "params.yaml")
         tower = internals.vision_tower(model)
-        spec = method(method_name, params)
-        roles = bench_roles(tower.layers, tower.heads)
-        self.model = Adapted(model, tokenizer, spec, params.train.template, roles, seed=1).to(device).train()
+        recipe = params.train.recipe(method_name, "world_objects", "base_to_novel")
+        roles = bench_roles(tower.layers, tower.heads) if method_name == "dear" else None
+        backbone = SimpleNamespace(model=model, tokenizer=tokenizer)
+        self.model = create(method_name, backbone, recipe, roles, seed=1).to(device).train()
         self.trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         size = internals.image_size(model)
         generator = torch.Generator().manual_seed(0)
@@ -54,23 +56,19 @@ class Bench:
         self.labels = (torch.arange(batch) % classes).to(device)
         self.names = [f"{WORDS[i % len(WORDS)]} {WORDS[(i // len(WORDS)) % len(WORDS)]} {i}" for i in range(classes)]
         schedule = Schedule(n=batch * 1000, batch_size=batch, epochs=1, seed=1)
-        self.loop = make_loop(self.model, params.train.recipe(method_name), schedule, torch.device(device))
-        self.weights = Weights(scale=params.train.scale, reg=params.train.reg_weight, fus=params.train.lambda_fus,
-                               attribute_loss=params.train.attribute_loss)
-        self.frozen_text = self.model.frozen_text_features(self.names)
-        self.use_bf16 = device == "cuda" and params.compute.precision == "bf16"
+        self.precision = devices.Precision(recipe.precision, torch.device(device))
+        self.loop = make_loop(self.model, recipe, schedule, self.precision)
         self.device = device
 
     def step(self) -> float:
         """Seconds of one full training step (forward, loss, backward, optimizer)."""
-        from dear.train.trainer import loss_of_batch, update
+        from dear.train.trainer import step_of_batch, update
 
         _sync(self.device)
         start = time.perf_counter()
-        terms, _, _ = loss_of_batch(self.model, self.images, self.labels, self.names, self.frozen_text, self.weights,
-                                 self.use_bf16)
+        result = step_of_batch(self.model, self.images, self.labels, self.names, self.precision)
         if self.trainable:
-            update(self.loop, terms.total)
+            update(self.loop, result.total)
         _sync(self.device)
         return time.perf_counter() - start
 

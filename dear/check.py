@@ -220,23 +220,62 @@ def profile(params: Params, params_file: str) -> list[str]:
 
 
 def train(params: Params, params_file: str) -> list[str]:
-    """Prompt templates hold one {} each; attribute tokens have concepts; token layers exist."""
-    found = [f"train.{key}: prompt template {template!r} must hold exactly one {{}} for the class name"
-             for key, template in [("template", params.train.template),
-                                   *((f"dataset_templates.{k}", v) for k, v in params.train.dataset_templates.items())]
-             if template.count("{}") != 1]
-    dear = params.dear
-    if dear.attribute_tokens > len(dear.concepts) or len(set(dear.concepts)) != len(dear.concepts):
-        found.append(f"dear.attribute_tokens ({dear.attribute_tokens}) needs as many distinct dear.concepts "
-                     f"(got {dear.concepts}); list one concept per token")
+    """Every training job's recipe: prompts hold one {}, DeAR's tokens have concepts, token layers exist.
+
+    A bad value is reported once, by the key it comes from, with the jobs it would break.
+    """
+    from dear.methods.recipe import problems as recipe_problems
+
+    found = recipe_problems(params.train.recipes)
+    if found:
+        return found
     config = arch_config(params.model.arch) or {}
-    for key, start, tower in (("start_layer", dear.start_layer, "vision_cfg"),
-                              ("text_start_layer", dear.text_start_layer, "text_cfg")):
-        layers = config.get(tower, {}).get("layers")
-        if start is not None and isinstance(layers, int) and start > layers:
-            found.append(f"dear.{key}: {start} is past the last of {params.model.arch}'s {layers} "
-                         f"{tower.split('_')[0]} layers; use 1..{layers} or null")
+    depth = {"vision": config.get("vision_cfg", {}).get("layers"), "text": config.get("text_cfg", {}).get("layers")}
+    broken: dict[tuple, list] = {}  # (key, value, problem) -> [where it comes from, jobs]
+    for method, dataset, protocol in training_jobs(params):
+        recipe = params.train.recipe(method, dataset, protocol)
+        for key, problem in _recipe_problems(recipe, depth, params.model.arch):
+            setting = recipe.settings[key]
+            ours = setting.kind == "ours" and setting.source.startswith("train.recipes.")
+            where = setting.source if ours else f"train.recipes.{recipe.recipe}.{key}"
+            origin = "" if ours else f" (the {setting.kind}' value, {setting.source})"
+            broken.setdefault((where, repr(setting.value), problem), [origin, []])[1].append(f"{method} on {dataset}")
+    return [f"{where}: {value}{origin} {problem}; {_jobs(jobs)}"
+            for (where, value, problem), (origin, jobs) in broken.items()]
+
+
+def _recipe_problems(recipe, depth: dict, arch: str) -> list[tuple[str, str]]:
+    """(key, what is wrong) of one resolved recipe."""
+    found = []
+    template = recipe.get("template")
+    if template is not None and template.count("{}") != 1:
+        found.append(("template", "is a prompt without exactly one {} for the class name; write one"))
+    if recipe.get("attribute_tokens", 0) > len(set(recipe.get("concepts", []))):
+        found.append(("attribute_tokens", f"needs as many distinct concepts (got {recipe.concepts}); "
+                                          "list one concept per token"))
+    towers = {"start_layer": ["vision"], "text_start_layer": ["text"]}
+    if "text_start_layer" not in recipe.settings:  # MMRL: one start for both towers
+        towers["start_layer"].append("text")
+    for key, names in towers.items():
+        start = recipe.get(key)
+        layers = [depth[name] for name in names if isinstance(depth[name], int)]
+        if start is not None and layers and start > min(layers):
+            shape = " and ".join(f"{depth[name]} {name}" for name in names)
+            found.append((key, f"is past the last layer of {arch} ({shape} layers); set it in 1..{min(layers)}, "
+                               "or null"))
     return found
+
+
+def _jobs(jobs: list[str]) -> str:
+    jobs = list(dict.fromkeys(jobs))
+    return "jobs " + ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
+
+
+def training_jobs(params: Params) -> list[tuple[str, str, str]]:
+    """(method, dataset, protocol) of every training job the study runs."""
+    jobs = [(method, dataset, "base_to_novel") for method in params.study.methods for dataset in params.study.base_to_novel]
+    source = params.study.transfer.source
+    return jobs + [(method, source, "transfer") for method in params.study.methods]
 
 
 # --- warnings: what runs, but not as the config reads -------------------------------

@@ -26,7 +26,7 @@ from dear import cpus, status, supervise
 from dear.check import check_file, stage_problems
 from dear.check import warnings as check_warnings
 from dear.errors import DearError
-from dear.model.methods import METHODS
+from dear.methods import names as method_names
 from dear.params import DEFAULT_PATH, load_params, parse_overrides
 from dear.params import use as use_params
 
@@ -380,13 +380,13 @@ def profile(
 
 @app.command()
 def train(
-    dataset: str = typer.Option(..., help="dataset name (picks train.dataset_templates[dataset] when set)"),
+    dataset: str = typer.Option(..., help="dataset name (its layers of the method's recipe apply: REG_WEIGHT, prompt, ...)"),
     fewshot: Path = typer.Option(..., help="few-shot table of `dear prepare` (data/<ds>/fewshot-seed{seed}.parquet)"),
     out: Path = typer.Option(..., help="output folder: model.pt and train_log.parquet (e.g. runs/<m>/<ds>/train/seed{seed})"),
     seed: Optional[List[int]] = typer.Option(
         None, "--seed", help="run seed (init of the learnable parts, batch order, augmentations); repeat for several; "
                              "default: every data.seeds. Several seeds need {seed} in --fewshot and --out"),
-    method: Optional[str] = typer.Option(None, help=" | ".join(METHODS) + " (default: train.method)"),
+    method: Optional[str] = typer.Option(None, help=" | ".join(method_names()) + " (default: train.method)"),
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet of `dear profile` (needed by --method dear)"),
     classes: str = typer.Option("base", help="classes trained on: base (base-to-novel) | all (transfer source)"),
@@ -545,6 +545,31 @@ def check(params: Path = ParamsOption) -> None:
         typer.echo(f"{params}: {len(found)} problem(s)", err=True)
         raise typer.Exit(code=1)
     typer.echo(f"{params}: no problems found")
+
+
+@app.command()
+def recipe(
+    params: Path = ParamsOption,
+    method: Optional[str] = typer.Option(None, help="only this method's jobs"),
+    dataset: Optional[str] = typer.Option(None, help="only jobs training on this dataset"),
+    protocol: Optional[str] = typer.Option(None, help="base_to_novel | transfer: only jobs of this protocol"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (one object per job) for scripts"),
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """Show each training job's recipe: values and their sources.
+
+    The resolved recipe of every training job of a config: each value and its source, and the prompts."""
+    from dear.methods import show
+
+    try:
+        loaded = load_params(params, overrides or ())
+        recipes = show.jobs(loaded, method, dataset, protocol)
+        typer.echo(show.as_json(loaded, recipes) if as_json else show.as_text(loaded, recipes, str(params)))
+    except DearError as err:
+        if _state["debug"]:
+            raise
+        _print_errors(err)
+        raise typer.Exit(code=1)
 
 
 @app.command("fetch-weights")

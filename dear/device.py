@@ -59,3 +59,49 @@ def describe(device: torch.device, precision: str, cpu_autocast: bool = False) -
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)}), {mode}"
     return f"cpu, {mode if cpu_autocast else 'fp32'}, {torch.get_num_threads()} threads"
+
+
+class Precision:
+    """A method recipe's `precision` on one device, as its authors' trainers run it.
+
+    On CUDA: fp16 casts the frozen CLIP (OpenAI's `convert_weights`: linear,
+    convolution, attention weights and projections; norms compute in fp32) and
+    the learnable tensors to half and trains them so (CoOp's PREC fp16); amp
+    keeps fp32 weights under fp16 autocast with loss scaling (MMRL's PREC amp;
+    its evaluation runs without autocast); bf16 autocasts to bf16 (ours); fp32
+    is plain. On CPU every precision runs fp32: results are bit-reproducible there.
+    """
+
+    def __init__(self, name: str, device: torch.device):
+        self.name, self.device = name, device
+        self.active = device.type == "cuda" and name != "fp32"
+
+    @property
+    def half(self) -> bool:
+        return self.active and self.name == "fp16"
+
+    @property
+    def scales_loss(self) -> bool:
+        return self.active and self.name == "amp"
+
+    def autocast(self, training: bool = True):
+        """The autocast of a forward pass (amp: training only, as MMRL's test runs in fp32)."""
+        if self.active and self.name == "bf16":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        if self.active and self.name == "amp" and training:
+            return torch.autocast("cuda", dtype=torch.float16)
+        return contextlib.nullcontext()
+
+    def prepare(self, model):
+        """`model` (a method's, on its device) in this precision: for fp16, CLIP and the learnable tensors in half."""
+        if self.half:
+            from dear.model import internals
+
+            internals.half_precision(model.clip)
+            for param in model.parameters():
+                if param.requires_grad:
+                    param.data = param.data.half()
+        return model
+
+    def describe(self) -> str:
+        return self.name if self.active else "fp32"

@@ -63,10 +63,18 @@ class _Images(torch.utils.data.Dataset):
         return self.transform(read_rgb(self.paths[index]))  # [3, S, S]
 
 
-def eval_transform(adapted, augmentation):
-    """CoOp's test transform at the backbone's own size and normalization."""
-    mean, std = oc.image_normalization(adapted.clip)
-    return test_transform(augmentation, oc.image_size(adapted.clip), mean, std)
+def eval_transform(model):
+    """Dassl's test transform with the method's resize filter, at the backbone's own size and normalization."""
+    mean, std = oc.image_normalization(model.clip)
+    return test_transform(model.recipe.get("interpolation", "bicubic"), oc.image_size(model.clip), mean, std)
+
+
+def prepared(model, compute: Compute):
+    """`model` on the stages' device in its recipe's precision, and that precision (fuse and evaluate)."""
+    device = devices.resolve(compute)
+    devices.fast_matmuls(device)
+    precision = devices.Precision(model.recipe.precision, device)
+    return precision.prepare(model.to(device)), precision
 
 
 @dataclass(frozen=True)
@@ -84,24 +92,24 @@ _kept: dict[tuple, list[torch.Tensor]] = {}
 
 
 @torch.no_grad()
-def encode_images(adapted, images: ImageSet, transform, batch_size: int, compute: Compute,
+def encode_images(model, images: ImageSet, transform, batch_size: int, workers: int, precision,
                   description: str, reuse: Reuse | None = None) -> torch.Tensor:
     """Per-stream image features [N, S+1, E] (CPU, float32), streamed in batches on the model's device.
 
     With `reuse`, the frozen blocks' output is kept for (and taken from) other models on the same backbone.
     """
-    device = adapted.device
-    key = reuse and (reuse.backbone, adapted.frozen_depth, tuple(images.paths), repr(transform), batch_size,
-                     str(device), compute.precision)
+    device = model.device
+    key = reuse and (reuse.backbone, model.frozen_depth, tuple(images.paths), repr(transform), batch_size,
+                     str(device), precision.describe())
     kept = _kept.get(key) if key else None
     prefixes = track(kept, description, total=len(kept)) if kept is not None \
-        else _frozen_blocks(adapted, images, transform, batch_size, compute, description)
+        else _frozen_blocks(model, images, transform, batch_size, workers, precision, description)
     keeping = [] if key and kept is None else None  # this list's frozen output, while it fits reuse.megabytes
     room = reuse.megabytes * 2**20 - sum(_bytes(t) for ts in _kept.values() for t in ts) if reuse else 0.0
     chunks = []
     for prefix in prefixes:  # [B, 1+N, D]
-        with devices.autocast(device, compute.precision):
-            chunks.append(adapted.forward_from_prefix(prefix.to(device, non_blocking=True)).features.float().cpu())
+        with precision.autocast(training=False):
+            chunks.append(model.encode(prefix.to(device, non_blocking=True)).float().cpu())
         if keeping is not None:
             room -= _bytes(prefix)
             if room < 0:
@@ -117,21 +125,26 @@ def _bytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def _frozen_blocks(adapted, images: ImageSet, transform, batch_size: int, compute: Compute, description: str):
-    """The frozen blocks' output [B, 1+N, D] per batch of images, decoded by `compute.workers` processes."""
-    device = adapted.device
+def _frozen_blocks(model, images: ImageSet, transform, batch_size: int, workers: int, precision, description: str):
+    """The frozen blocks' output [B, 1+N, D] per batch of images, decoded by `workers` processes."""
+    device = model.device
     loader = torch.utils.data.DataLoader(_Images(images.paths, transform), batch_size=batch_size,
-                                         num_workers=cpus.processes(compute.workers), pin_memory=device.type == "cuda")
+                                         num_workers=cpus.processes(workers), pin_memory=device.type == "cuda")
     for pixels in track(from_workers(loader), description, total=len(loader)):
-        with devices.autocast(device, compute.precision):
-            yield adapted.image_prefix(pixels.to(device, non_blocking=True))
+        with precision.autocast(training=False):
+            yield model.image_prefix(pixels.to(device, non_blocking=True))
 
 
 @torch.no_grad()
-def stream_logits(adapted, features: torch.Tensor, classnames: list[str]) -> torch.Tensor:
-    """[N, S+1, E] image features x the class list's text features -> [N, S+1, C]."""
-    text = adapted.text_features(list(classnames)).float().cpu()  # [C, E]
-    return adapted.logit_scale().float().cpu() * torch.einsum("nke,ce->nkc", features, text)
+def stream_logits(model, features: torch.Tensor, classnames: list[str], template: str | None = None,
+                  batch_size: int = 4096) -> torch.Tensor:
+    """[N, S+1, E] image features (CPU) x the class list's text features -> [N, S+1, C] (CPU, float32).
+
+    `template`: the prompt of the dataset scored (a transfer target's own); None: the model's.
+    """
+    chunks = [model.logits(features[i:i + batch_size].to(model.device), list(classnames), template).float().cpu()
+              for i in range(0, len(features), batch_size)]
+    return torch.cat(chunks)
 
 
 def fuse(logits: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:

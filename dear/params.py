@@ -162,110 +162,39 @@ class Compute(Section):
     workers: int = Field(ge=0, description="image loading processes (0 = in the stage's own process)")
 
 
-# --- dear / train / fusion: the adapted model, its training and its fusion ------
-
-class Dear(Section):
-    start_layer: int | None = Field(
-        ge=1, description="first image layer (1-based) holding attribute tokens; null = after the first two thirds, "
-                          "rounded down (ViT-B/16: 9; 4 layers: 3)")
-    beta: float = Field(ge=0.0, le=1.0, description="share of the freshly aligned tokens vs the previous layer's output")
-    attribute_tokens: int = Field(ge=0, description="K: attribute tokens, one per concept of `concepts`, in that order")
-    concepts: list[str] = Field(description="concept served by each attribute token (SPEC §4: the five core attributes)")
-    text_tokens: int = Field(ge=0, description="learnable tokens inserted after the start-of-text token")
-    text_start_layer: int | None = Field(
-        ge=1, description="first text layer (1-based) holding text tokens; null = after the first two thirds of the text tower")
-    d_r: int = Field(ge=1, description="width of the shared token bank R")
-    init_std: float = Field(gt=0.0, description="std of the normal init of R (and of CoOp's random context vectors)")
-
-
-class Mmrl(Section):
-    """The `mmrl` baseline exactly as MMRL's code builds it (configs/trainers/MMRL/vit_b16.yaml)."""
-
-    tokens: int = Field(ge=1, description="representation tokens (MMRL N_REP_TOKENS)")
-    start_layer: int | None = Field(
-        ge=1, description="first image and text layer (1-based) with representation tokens; null = half the depth "
-                          "(ViT-B/16: 6, MMRL REP_LAYERS 6-12)")
-    d_r: int = Field(ge=1, description="width of the shared representation space (MMRL REP_DIM)")
-
-
-class Recipe(Section):
-    """One optimization recipe (Dassl's: the learning rate changes once per epoch)."""
-
-    optimizer: Literal["adamw", "sgd"] = Field(description="adamw (MMRL) | sgd with momentum (CoOp)")
-    lr: float = Field(gt=0.0, description="peak learning rate")
-    momentum: float = Field(ge=0.0, lt=1.0, description="SGD momentum (Dassl: 0.9); unused by adamw")
-    weight_decay: float = Field(ge=0.0, description="weight decay (Dassl: 5.0e-4)")
-    epochs: int = Field(ge=0, description="training epochs (0: the untrained starting point)")
-    dataset_epochs: dict[str, int] = Field(description="per-dataset epochs overriding `epochs` (MMRL: imagenet 5)")
-    warmup_epochs: int = Field(ge=0, description="epochs at the constant warm-up learning rate, then a per-epoch cosine")
-    warmup_lr: float = Field(gt=0.0, description="learning rate during warm-up (Dassl WARMUP_CONS_LR)")
-    batch_size: int = Field(ge=1, description="images per step")
-    transfer_epochs: int | None = Field(
-        ge=0, description="epochs of the transfer source run (all classes); null: as base-to-novel (MMRL cross-dataset: 1)")
-    transfer_warmup_epochs: int | None = Field(
-        ge=0, description="warm-up epochs of the transfer source run; null: warmup_epochs (MMRL cross-dataset: 0)")
-
-    def for_run(self, dataset: str, transfer: bool) -> "Recipe":
-        """This recipe with one run's epochs and warm-up resolved: per dataset, and the transfer source's own
-        (MMRL trains its cross-dataset source with another config: 1 epoch, no warm-up)."""
-        epochs, warmup = self.dataset_epochs.get(dataset, self.epochs), self.warmup_epochs
-        if transfer:
-            epochs = epochs if self.transfer_epochs is None else self.transfer_epochs
-            warmup = warmup if self.transfer_warmup_epochs is None else self.transfer_warmup_epochs
-        return self.model_copy(update=dict(epochs=epochs, warmup_epochs=warmup))
-
-
-class Recipes(Section):
-    mmrl: Recipe = Field(description="mmrl, dear_nomask and dear (MMRL's recipe)")
-    coop: Recipe = Field(description="coop (CoOp's base-to-novel recipe, configs vit_b16_ctxv1)")
-
-
-class Coop(Section):
-    init: Literal["prompt", "random"] = Field(
-        description="prompt: context = the words before {} of the dataset's prompt (CoOp's 'a photo of a', 4 vectors) | "
-                    "random: `random_context` vectors (CoOp's few-shot setting)")
-    random_context: int = Field(ge=1, description="context vectors of init: random (CoOp few-shot: 16)")
-
+# --- train / fusion: the methods' recipes and DeAR's fusion ----------------------------
 
 class Train(Section):
-    method: Literal["zeroshot", "coop", "mmrl", "dear_nomask", "dear"] = Field(
-        description="default method of `dear train` when --method is not given")
-    objective: Literal["mmrl", "fused"] = Field(
-        description="dear and dear_nomask: mmrl = s CE(CLS) + (1-s) CE(attribute streams) + reg (MMRL's) | "
-                    "fused = CE(sum_k alpha_k s_k) + reg + lambda_fus (-log alpha_0) (ours)")
-    scale: float = Field(gt=0.0, lt=1.0, description="s: weight of CE(CLS) in the mmrl objective (MMRL SCALE); "
-                                                      "mmrl's fixed fusion of CLS and representation logits")
-    attribute_loss: Literal["streams", "mean_logits"] = Field(
-        description="how K attribute streams enter the mmrl objective: streams = mean of each stream's CE | "
-                    "mean_logits = CE of their mean logits (ours either way; MMRL has one stream)")
-    reg_weight: float = Field(ge=0.0, description="lambda of both cosine regularizers (MMRL REG_WEIGHT)")
-    dataset_reg_weight: dict[str, float] = Field(description="per-dataset reg_weight (MMRL trainers/config.py)")
-    lambda_fus: float = Field(ge=0.0, description="fused objective only: weight of -log alpha_0 (ours)")
-    coop: Coop
-    template: str = Field(description="hand-written prompt; {} is the class name")
-    dataset_templates: dict[str, str] = Field(description="per-dataset prompts overriding `template` (MMRL's)")
-    augmentation: Augmentation
-    fade_in_epochs: float = Field(
-        ge=0.0, description="mmrl, dear_nomask, dear: the tokens fade in linearly over this many epochs: the frozen "
-                            "positions read them with that weight in their softmax and each token feature moves from "
-                            "the CLS feature to its own, so before training the model is the untouched one (ours) | "
-                            "0 = full weight from the first step (MMRL's code)")
-    views: int | None = Field(
-        ge=1, description="null: a fresh augmented view of every image each epoch (the recipe) | V: V fixed views "
-                          "per image, the frozen blocks of each computed once (epoch e uses view e mod V; ours)")
-    recipes: Recipes
+    """Which recipe each method trains with: its authors' (dear/methods/recipes/), changed here where asked."""
+
+    method: str = Field(description="default method of `dear train` when --method is not given")
+    recipes: dict[str, Any] = Field(
+        description="changes to the authors' recipes: `all` (every method that has the key) and one entry per "
+                    "recipe (zeroshot, coop, mmrl, dear, ...), each with keys, `datasets: {ds: {...}}` and "
+                    "`transfer: {...}`; `dear recipe` shows every value and its source")
     checkpoint_every: int = Field(ge=1, description="steps between resumable checkpoints")
 
-    def recipe(self, method: str) -> Recipe:
-        """The recipe a method trains with: CoOp's for coop, MMRL's for the token methods."""
-        return self.recipes.coop if method == "coop" else self.recipes.mmrl
+    @field_validator("method")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        return _registered_method(name)
 
-    def reg_weight_of(self, dataset: str) -> float:
-        return self.dataset_reg_weight.get(dataset, self.reg_weight)
+    def recipe(self, method: str, dataset: str, protocol: str):
+        """The resolved recipe (`dear.methods.recipe.Recipe`) of one run: what the trainer and the model read."""
+        from dear.methods.recipe import resolve
+
+        return resolve(self.recipes, method, dataset, protocol)
+
+
+def _registered_method(name: str) -> str:
+    from dear.methods import REGISTRY
+
+    if name not in REGISTRY:
+        raise ValueError(f"unknown method {name!r}; use one of {', '.join(REGISTRY)}")
+    return name
 
 
 class Fusion(Section):
-    init_cls: float = Field(gt=0.0, lt=1.0, description="alpha_0 at initialization; the K attribute streams share the rest")
     mode: Literal["refit", "trained"] = Field(description="refit alpha on validation shots, or keep the trained one")
     novel: Literal["fused", "cls"] = Field(
         description="novel classes and transfer targets: cls = the CLS stream alone (MMRL's decoupled inference) | "
@@ -284,7 +213,16 @@ class Transfer(Section):
 class Study(Section):
     """What the pipeline runs: methods x seeds x the paper's three protocols (SPEC §8)."""
 
-    methods: list[Literal["zeroshot", "coop", "mmrl", "dear_nomask", "dear"]] = Field(description="methods run side by side")
+    @field_validator("methods")
+    @classmethod
+    def _registered(cls, names: list[str]) -> list[str]:
+        for name in names:
+            _registered_method(name)
+        if len(set(names)) != len(names):
+            raise ValueError("a method is listed twice; list each once")
+        return names
+
+    methods: list[str] = Field(min_length=1, description="methods run side by side (dear/methods/__init__.py lists them)")
     base_to_novel: list[str] = Field(description="datasets trained on base classes, tested on base and novel")
     transfer: Transfer = Field(description="one all-class model per method and seed, tested across datasets and domains")
 
@@ -384,6 +322,16 @@ class Params(Section):
             raise ValueError(f"datasets {missing} are used by study/profile but not listed in data.datasets; add them")
         return self
 
+    @model_validator(mode="after")
+    def _recipes(self) -> "Params":
+        """train.recipes changes only keys the recipes have, with values of their types."""
+        from dear.methods.recipe import problems
+
+        found = problems(self.train.recipes)
+        if found:
+            raise ValueError(found[0])
+        return self
+
     output_root: str = Field(
         description="folder every output of this config goes under, logs and checkpoints too ('.' for the demo); "
                     "give each config its own, so studies never share a file")
@@ -392,8 +340,6 @@ class Params(Section):
     model: Model
     compute: Compute
     backbone: Backbone
-    dear: Dear
-    mmrl: Mmrl
     train: Train
     fusion: Fusion
     study: Study

@@ -64,7 +64,7 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- |")
     for dataset in datasets:
         manifest = read_manifest(root / "data" / dataset)
-        template = params.train.dataset_templates.get(dataset, params.train.template)
+        template = params.train.recipe("zeroshot", dataset, "base_to_novel").template
         zeroshot = {}
         for subset in ("base", "novel"):
             test = select(manifest, split="test", subset=subset)

@@ -68,7 +68,7 @@ def make_inputs(root: Path) -> Inputs:
     raw = yaml.safe_load(params.read_text())
     from dear.data.world import tiny_params
 
-    raw.update({key: small[key] for key in ("dear", "mmrl", "train")}, **tiny_params())
+    raw.update({key: small[key] for key in ("train",)}, **tiny_params())
     raw["world"]["attribute_sets"] = ["colors"]
     raw["backbone"]["steps"] = 2
     raw["profile"].update(max_images=8, batch_size=8, svd_rank=4, texts_per_head=3, layers=2)
@@ -188,7 +188,7 @@ PARAMS = [
 
 def _one_step_lr(value: float) -> Callable[[dict], None]:
     def change(raw: dict) -> None:
-        raw["train"]["recipes"]["mmrl"].update(lr=value, epochs=1, warmup_epochs=0, batch_size=64)
+        raw["train"]["recipes"]["dear"].update(lr=value, epochs=1, warmup_epochs=0, batch_size=64)
     return change
 
 
@@ -199,7 +199,7 @@ def _nan_model(inputs: Inputs, here: Path, patch) -> None:
 
 
 NUMBERS = [
-    Case("lr-1e30-one-step", "train", "train.recipes.mmrl.lr: 1.0e30, one step",
+    Case("lr-1e30-one-step", "train", "train.recipes.dear.lr: 1.0e30, one step",
          ["loss is not finite after the last update", "train.recipes.*.lr"],
          lambda i: with_params(stage_args("train", i, "out")),
          setup=lambda i, here, patch: params_with(i, here, _one_step_lr(1.0e30)) and None),

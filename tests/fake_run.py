@@ -73,9 +73,7 @@ def params_file(path: Path, recipe: dict | None = None, **sections) -> Path:
     """The project's params.yaml with small training values; `sections` override keys per section, `recipe`
     keys of every training recipe."""
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["dear"].update(d_r=16)
-    raw["mmrl"].update(d_r=16)
-    small_recipes(raw["train"], epochs=2, batch_size=4, warmup_epochs=1)
+    small_recipes(raw["train"], epochs=2, batch_size=4, warmup_epochs=1, rep_dim=16)
     raw["train"].update(checkpoint_every=2)
     raw["compute"].update(device="cpu", workers=0)
     small_recipes(raw["train"], **(recipe or {}))
@@ -86,9 +84,18 @@ def params_file(path: Path, recipe: dict | None = None, **sections) -> Path:
 
 
 def small_recipes(train: dict, **values) -> dict:
-    """Set `values` (epochs, batch_size, ...) in every recipe of a raw `train` section."""
-    for recipe in train["recipes"].values():
-        recipe.update(values)
+    """Set `values` (epochs, batch_size, ...) for every method of a raw `train` section (train.recipes.all),
+    the transfer source's run and every per-dataset change included."""
+    recipes = train.setdefault("recipes", {})
+    for name, block in recipes.items():
+        block = block or {}
+        for key in values:
+            block.pop(key, None)
+            (block.get("transfer") or {}).pop(key, None)
+            for changes in (block.get("datasets") or {}).values():
+                (changes or {}).pop(key, None)
+        recipes[name] = block
+    recipes.setdefault("all", {}).update(values)
     return train
 
 

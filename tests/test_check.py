@@ -43,19 +43,28 @@ def test_the_demo_and_paper_configs_are_consistent(tmp_path):
     assert "weights 'openai' for ViT-B-16 are not fetched" in found[1] and "dear fetch-weights --params" in found[1]
 
 
+def with_template(template: str) -> dict:
+    """The demo's recipe changes with one hand-written prompt for every method that has one."""
+    from tests.methods_tools import demo_recipes
+
+    recipes = demo_recipes()
+    recipes["all"]["template"] = template
+    return recipes
+
+
 def test_every_problem_is_listed_at_once(tmp_path):
     params = edit(write_params(tmp_path / "params.yaml", root=tmp_path / "nowhere", datasets=["oxford_pets"]),
                   data={"source": "coop"}, compute={"device": "cuda"},
                   model={"pretrained": str(tmp_path / "missing.pt")},
                   profile={"svd_rank": 900, "texts_per_head": 950, "layers": 9, "max_images": 500},
-                  train={"template": "a photo"})
+                  train={"recipes": with_template("a photo")})
     result = CliRunner().invoke(app, ["check", "--params", str(params)])
     assert result.exit_code == 1
     lines = errors(result)
     expected = ["data.root:", "model.pretrained: weights file", "compute.device: cuda", "profile.layers: asked for the last 9",
                 "profile.svd_rank: rank 900 needs at least 901 images", "profile.svd_rank: rank 900 exceeds the embedding dim",
                 "profile.texts_per_head: 950 picks need svd_rank >= 950", "profile.texts_per_head: 950 picks need a bank",
-                "train.template:"]
+                "train.recipes.all.template:"]
     assert [line.split(": ", 1)[1][:len(e)] for line, e in zip(lines, expected)] == expected, lines
     assert len(lines) == len(expected) and "9 problem(s)" in result.stderr
 

@@ -98,6 +98,8 @@ def test_the_index_links_every_page():
 
 def _is_params_key(key: str) -> bool:
     """Whether a dotted key names a value or section of params (`*` matches any part)."""
+    if key.startswith("train.recipes."):
+        return _is_recipe_key(key.split(".")[2:])
     model = Params
     for part in key.split("."):
         fields = getattr(model, "model_fields", None)
@@ -108,6 +110,24 @@ def _is_params_key(key: str) -> bool:
             return False
         model = fields[matches[0]].annotation
     return True
+
+
+def _is_recipe_key(parts: list[str]) -> bool:
+    """train.recipes.OWNER[.datasets.DATASET | .transfer][.KEY]: a recipe (or `all`) and a key one of them has."""
+    from dear.methods import REGISTRY
+    from dear.methods.recipe import SHARED, load
+
+    recipes = sorted({entry.recipe for entry in REGISTRY.values()})
+    owners = fnmatch.filter([SHARED, *recipes], parts[0])
+    rest = parts[1:]
+    if rest[:1] == ["datasets"]:
+        rest = rest[2:]
+    elif rest[:1] == ["transfer"]:
+        rest = rest[1:]
+    if not owners or len(rest) > 1:
+        return False
+    keys = {key for owner in owners for name in (recipes if owner == SHARED else [owner]) for key in load(name).keys}
+    return not rest or bool(fnmatch.filter(keys, rest[0]))
 
 
 def _is_code_reference(key: str) -> bool:

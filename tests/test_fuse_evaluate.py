@@ -59,7 +59,7 @@ def project(tmp_path_factory):
                           seeds=[1])
     small = yaml.safe_load(fake_run.params_file(root / "small.yaml").read_text())
     raw = yaml.safe_load(params.read_text())
-    raw["dear"], raw["train"] = small["dear"], small["train"]
+    raw["train"] = small["train"]
     fake_run.small_recipes(raw["train"], epochs=1)
     params.write_text(yaml.safe_dump(raw, sort_keys=False))
     invoke("prepare", "--params", params, "--dataset", "world_objects", "--out", root / "data/world_objects")
@@ -153,24 +153,24 @@ def test_evaluate_rejects_a_fusion_file_without_alpha(project, tmp_path):
 
 def test_a_second_model_on_the_same_backbone_reuses_the_frozen_blocks(project, monkeypatch):
     """The next seed of an evaluate job runs only the blocks from its first token layer on, with equal features."""
+    from dear.device import Precision
     from dear.model.clip import load_backbone
     from dear.model.trained import load_trained
-    from dear.params import Compute, load_params
 
     root, params, run = project
     monkeypatch.setattr(evaluation, "_kept", {})
-    compute = Compute(device="cpu", precision="fp32", workers=0)
+    precision = Precision("fp32", torch.device("cpu"))
     images = evaluation.image_set(*(read_manifest(root / "data/world_objects"),) * 2, "test", "all",
                                   root / "data/world_objects")
     models = [load_trained(run / "model.pt", load_backbone(root / "backbone")) for _ in range(2)]
-    transform = evaluation.eval_transform(models[0], load_params(params).train.augmentation)
+    transform = evaluation.eval_transform(models[0])
     prefix_calls = []
     for model in models:
         original = model.image_prefix
         monkeypatch.setattr(model, "image_prefix", lambda x, f=original: prefix_calls.append(len(x)) or f(x))
 
     def encode(model, reuse):
-        return evaluation.encode_images(model, images, transform, 2, compute, "test", reuse)
+        return evaluation.encode_images(model, images, transform, 2, 0, precision, "test", reuse)
 
     plain = encode(models[1], None)
     assert sum(prefix_calls) == len(images)

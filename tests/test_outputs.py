@@ -200,13 +200,13 @@ def test_checkpoint_rng_states_survive_a_weights_only_load(tmp_path):
 
 def test_a_worker_error_stays_one_line(tmp_path):
     from dear import evaluation
-    from dear.params import Compute
+    from dear.device import Precision
 
     images = evaluation.ImageSet(paths=[str(tmp_path / "bad.png")], labels=[0], classnames=["x"])
     (tmp_path / "bad.png").write_bytes(b"not an image")
     model = SimpleNamespace(device=torch.device("cpu"), frozen_depth=0, image_prefix=lambda pixels: pixels,
-                            forward_from_prefix=lambda x: SimpleNamespace(features=x))
+                            encode=lambda x: x)
     with pytest.raises(DearError) as raised:
-        evaluation.encode_images(model, images, lambda image: torch.zeros(1), 1,
-                                 Compute(device="cpu", precision="fp32", workers=1), "test")
+        evaluation.encode_images(model, images, lambda image: torch.zeros(1), 1, 1,
+                                 Precision("fp32", torch.device("cpu")), "test")
     assert str(raised.value).startswith(f"{tmp_path / 'bad.png'}: not a readable image") and "Traceback" not in str(raised.value)

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import re
+
 import pytest
 import yaml
 
@@ -118,13 +120,36 @@ def test_shipped_configs_are_valid(path):
     load_params(path)
 
 
-def test_a_run_resolves_its_epochs_per_dataset_and_for_the_transfer_source():
-    recipe = load_params(PARAMS, ["train.recipes.mmrl.epochs=4", "train.recipes.mmrl.warmup_epochs=1",
-                                  "train.recipes.mmrl.dataset_epochs={a: 9}", "train.recipes.mmrl.transfer_epochs=2",
-                                  "train.recipes.mmrl.transfer_warmup_epochs=0"]).train.recipes.mmrl
-    assert (recipe.for_run("b", transfer=False).epochs, recipe.for_run("b", transfer=False).warmup_epochs) == (4, 1)
-    assert recipe.for_run("a", transfer=False).epochs == 9
-    assert (recipe.for_run("a", transfer=True).epochs, recipe.for_run("a", transfer=True).warmup_epochs) == (2, 0)
-    same = load_params(PARAMS, ["train.recipes.coop.transfer_epochs=null", "train.recipes.coop.transfer_warmup_epochs=null",
-                                "train.recipes.coop.dataset_epochs={a: 9}"]).train.recipes.coop
-    assert same.for_run("a", transfer=True) == same.for_run("a", transfer=False)
+def test_a_run_resolves_its_recipe_per_dataset_and_for_the_transfer_source():
+    """Layers in order: the authors' defaults, dataset, transfer; then the config's `all`, then the method's."""
+    params = load_params(PARAMS, ["train.recipes.mmrl={epochs: 4, warmup_epochs: 1, datasets: {a: {epochs: 9}}, "
+                                  "transfer: {epochs: 2, warmup_epochs: 0}}", "train.recipes.all={lr: 2.0e-3}"])
+    run = params.train.recipe
+    assert (run("mmrl", "b", "base_to_novel").epochs, run("mmrl", "b", "base_to_novel").warmup_epochs) == (4, 1)
+    assert run("mmrl", "a", "base_to_novel").epochs == 9
+    assert (run("mmrl", "a", "transfer").epochs, run("mmrl", "a", "transfer").warmup_epochs) == (2, 0)
+    assert run("mmrl", "a", "transfer").batch_size == 32  # MMRL's cross-dataset config, not changed here
+    assert run("coop", "a", "base_to_novel").lr == run("mmrl", "a", "base_to_novel").lr == 2.0e-3
+    epochs = run("mmrl", "a", "base_to_novel").settings["epochs"]
+    assert (epochs.kind, epochs.source, epochs.authors) == ("ours", "train.recipes.mmrl.datasets.a.epochs", 10)
+    paper = load_params(ROOT / "configs/paper-vitb16.yaml").train.recipe
+    same = paper("coop", "imagenet", "base_to_novel").settings["epochs"]  # untouched: the authors', with the file
+    assert (same.value, same.kind) == (50, "authors") and same.source.endswith("vit_b16_ep50_ctxv1.yaml")
+
+
+@pytest.mark.parametrize("change,message", [
+    ("train.recipes.mmrl.epoch=3", "train.recipes.mmrl.epoch: unknown recipe key; remove it or fix its spelling "
+                                   "(did you mean epochs?)"),
+    ("train.recipes.coop.lr=1e-3", "train.recipes.coop.lr: must be a finite number, got '1e-3' (YAML 1.1"),
+    ("train.recipes.coop.template=x", "train.recipes.coop.template: unknown recipe key"),
+    ("train.recipes.cocop={}", "train.recipes.cocop: no recipe named 'cocop'"),
+    ("train.recipes.all.datasets.x.precision=fp8", "train.recipes.all.datasets.x.precision: must be one of "
+                                                   "fp16 | amp | fp32 | bf16 for coop, dear, mmrl, got 'fp8'"),
+    ("train.recipes.all.precision=amp", "train.recipes.all.precision: must be one of fp16 | fp32 | bf16 for "
+                                        "zeroshot, got 'amp'"),
+    ("train.method=nope", "unknown method 'nope'"),
+    ("study.methods=[coop, coop]", "listed twice"),
+])
+def test_a_bad_recipe_change_is_one_line_naming_its_key(change, message):
+    with pytest.raises(DearError, match=re.escape(message)):
+        load_params(PARAMS, [change])

@@ -23,6 +23,11 @@ from dear.train import trainer
 from dear.train.data import Schedule, ShotImages, training_shots, train_transform
 from tests import fake_run
 
+
+def stream_logits(model, images, classnames):
+    """[B, S+1, C] of a method's model on pixels (its frozen prefix, its streams, the class list's features)."""
+    return model.logits(model.encode(model.image_prefix(images)), classnames)
+
 N_STEPS = 8  # 16 base shots, batch 4, 2 epochs
 
 
@@ -58,12 +63,11 @@ def test_every_method_trains_and_loads(world, tmp_path, method, streams, steps):
 
     out = train(world, tmp_path / "run", method=method)
     log = pq.read_table(out / "train_log.parquet")
-    assert log.num_rows == steps and log.column_names == stage.TRAIN_LOG_SCHEMA.names
-    assert log["step"].to_pylist() == list(range(steps))
     model = load_trained(out / "model.pt", load_backbone(world.backbone), None, load_params(world.params))
+    assert log.num_rows == steps and log.column_names == stage.train_log_schema(type(model).TERMS).names
+    assert log["step"].to_pylist() == list(range(steps))
     with torch.no_grad():
-        text = model.text_features(fake_run.CLASSNAMES)
-        logits = model.stream_logits(torch.randn(2, 3, 32, 32), text)
+        logits = stream_logits(model, torch.randn(2, 3, 32, 32), fake_run.CLASSNAMES)
     assert logits.shape == (2, streams, len(fake_run.CLASSNAMES)) and model.alpha.shape == (streams,)
     assert not (tmp_path / "run.ckpt").exists()  # removed once the outputs exist
 
@@ -80,7 +84,8 @@ def test_dear_log_and_model(world, reference):
     from dear.model.trained import read_trained
 
     payload = read_trained(reference / "model.pt")
-    assert payload["backbone_sha256"] == world.sha and payload["method"]["name"] == "dear"
+    assert payload["backbone_sha256"] == world.sha and payload["method"] == "dear"
+    assert payload["recipe"]["settings"]["alpha"]["value"] == 0.7  # the resolved recipe travels with the model
     assert "clip" not in " ".join(payload["state"])  # no frozen weight in model.pt
 
 
@@ -113,7 +118,7 @@ def test_tokens_fade_in_over_the_first_epoch_and_an_untrained_model_is_zero_shot
     assert [trainer.fade_at(step, 4) for step in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
     assert trainer.fade_at(0, 0) == 1.0  # fade_in_epochs 0: MMRL's full weight from the first step
     assert float(read_trained(reference / "model.pt")["state"]["fade"]) == 1.0  # 2 epochs > fade_in_epochs 1
-    untrained = load_params(world.params, ("train.recipes.mmrl.epochs=0", "train.recipes.mmrl.dataset_epochs={}"))
+    untrained = load_params(world.params, ("train.recipes.dear.epochs=0",))
     out = tmp_path / "untrained"
     stage.run(untrained, stage.Inputs(method="dear", dataset="toy", seed=1, backbone=world.backbone,
                                       fewshot=world.fewshot, roles=world.roles), stage.Outputs(out, tmp_path / "ckpt.pt"))
@@ -121,18 +126,19 @@ def test_tokens_fade_in_over_the_first_epoch_and_an_untrained_model_is_zero_shot
     model = load_trained(out / "model.pt", backbone, world.roles, untrained)
     images = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
-        features = model.image_features(images)  # [3, 6, E]
+        features = model.encode(model.image_prefix(images))  # [3, 6, E]
         text = model.text_features(fake_run.CLASSNAMES)
     frozen = torch.nn.functional.normalize(backbone.model.encode_image(images), dim=-1)
     torch.testing.assert_close(features, frozen[:, None].expand_as(features), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(text, model.frozen_text_features(fake_run.CLASSNAMES), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(text, model.frozen_text(fake_run.CLASSNAMES), rtol=1e-5, atol=1e-6)
 
 
 def test_augmentation_depends_only_on_seed_epoch_and_slot(world):
     params = load_params(world.params)
     shots = training_shots(world.fewshot)
     schedule = Schedule(n=len(shots.paths), batch_size=4, epochs=2, seed=1)
-    images = ShotImages(shots, schedule, train_transform(params.train.augmentation, 32, (0.5,) * 3, (0.5,) * 3))
+    recipe = params.train.recipe("dear", "toy", "base_to_novel")
+    images = ShotImages(shots, schedule, train_transform(recipe, 32, (0.5,) * 3, (0.5,) * 3))
     first, again = images[(1, 3)], images[(1, 3)]
     torch.manual_seed(123)  # the global RNG plays no part
     torch.testing.assert_close(first[0], images[(1, 3)][0])
@@ -145,19 +151,19 @@ def test_nan_loss_stops_with_the_step_keeps_the_checkpoint_and_resume_is_exact(w
     calls = []
 
     def poisoned(*args, **kwargs):
-        terms = objective(*args, **kwargs)
+        result = step_of_batch(*args, **kwargs)
         calls.append(1)
         if len(calls) == 6:  # step 5
-            terms.total = terms.total * float("nan")
-        return terms
+            result.total = result.total * float("nan")
+        return result
 
-    objective = trainer.objective
-    monkeypatch.setattr(trainer, "objective", poisoned)
+    step_of_batch = trainer.step_of_batch
+    monkeypatch.setattr(trainer, "step_of_batch", poisoned)
     with pytest.raises(DearError, match=r"step 5: the loss is not finite.*train.recipes.*checkpoint"):
         train(world, tmp_path / "run")
     assert not (tmp_path / "run" / "model.pt").exists()
     assert torch.load(tmp_path / "run.ckpt", weights_only=True)["step"] == 4
-    monkeypatch.setattr(trainer, "objective", objective)
+    monkeypatch.setattr(trainer, "step_of_batch", step_of_batch)
     train(world, tmp_path / "run")
     assert (tmp_path / "run" / "model.pt").read_bytes() == (reference / "model.pt").read_bytes()
     assert pq.read_table(tmp_path / "run" / "train_log.parquet")["step"].to_pylist() == list(range(N_STEPS))
@@ -267,7 +273,7 @@ def test_fewshot_table_missing_a_base_class_is_refused(world, tmp_path):
 
 def test_dear_without_roles_unknown_method_and_classes_are_refused(world, tmp_path):
     assert_clean_failure(invoke(world, tmp_path), tmp_path, "--roles")
-    assert_clean_failure(invoke(world, tmp_path, method="cocoop"), tmp_path, "--method", "cocoop")
+    assert_clean_failure(invoke(world, tmp_path, method="cocoo"), tmp_path, "--method", "cocoo")
     assert_clean_failure(invoke(world, tmp_path, "--classes", "novel", method="coop"), tmp_path, "--classes", "novel")
 
 
@@ -282,8 +288,8 @@ def test_classes_all_trains_on_every_class(world, tmp_path):
 
 
 def test_template_without_a_slot_is_refused(world, tmp_path):
-    params = fake_run.params_file(tmp_path / "params.yaml", train={"template": "a photo"})
-    result = CliRunner().invoke(app, ["train", "--params", str(params), "--method", "coop", "--dataset", "toy",
+    params = fake_run.params_file(tmp_path / "params.yaml", recipe={"template": "a photo"})
+    result = CliRunner().invoke(app, ["train", "--params", str(params), "--method", "mmrl", "--dataset", "toy",
                                       "--seed", "1", "--backbone", str(world.backbone), "--fewshot", str(world.fewshot),
                                       "--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ck" / "c.pt")])
     assert_clean_failure(result, tmp_path, "template")
@@ -291,7 +297,7 @@ def test_template_without_a_slot_is_refused(world, tmp_path):
 
 @pytest.mark.gpu
 def test_cuda_bf16_training_runs(world, tmp_path):
-    params = fake_run.params_file(tmp_path / "params.yaml", compute={"device": "cuda", "precision": "bf16"})
+    params = fake_run.params_file(tmp_path / "params.yaml", recipe={"precision": "bf16"}, compute={"device": "cuda"})
     out = train(world, tmp_path / "run", params=params)
     log = pq.read_table(out / "train_log.parquet").to_pylist()
     assert len(log) == N_STEPS and all(row["loss"] == row["loss"] for row in log)
@@ -334,10 +340,10 @@ def test_several_seeds_need_the_placeholder_in_every_output(world, tmp_path):
 
 
 def test_a_view_bank_computes_each_views_frozen_blocks_once_and_reuses_them_exactly(world, tmp_path, monkeypatch):
-    """train.views: 2 over 4 epochs: two view computations; recomputing them every epoch gives the same bytes."""
+    """views: 2 over 4 epochs: two view computations; recomputing them every epoch gives the same bytes."""
     from dear.train import views
 
-    params = fake_run.params_file(tmp_path / "params.yaml", recipe={"epochs": 4}, train={"views": 2})
+    params = fake_run.params_file(tmp_path / "params.yaml", recipe={"epochs": 4, "views": 2})
     computed = []
     original = views.ViewCache._view
 
@@ -363,6 +369,6 @@ def test_a_view_bank_computes_each_views_frozen_blocks_once_and_reuses_them_exac
 
 def test_coop_trains_from_cached_image_features(world, tmp_path):
     """CoOp's image side is wholly frozen: its view bank holds the final CLS states."""
-    params = fake_run.params_file(tmp_path / "params.yaml", train={"views": 1})
+    params = fake_run.params_file(tmp_path / "params.yaml", recipe={"views": 1})
     out = train(world, tmp_path / "coop", method="coop", params=params)
     assert pq.read_table(out / "train_log.parquet").num_rows == N_STEPS

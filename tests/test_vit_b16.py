@@ -121,7 +121,7 @@ def test_every_output_loads_with_the_adapted_models_shapes(study):
     adapted = load_trained(study["run"] / "train/seed1/model.pt", backbone, study["roles"] / "roles.parquet",
                            load_params(study["params"]))
     with torch.no_grad():
-        features = adapted.image_features(torch.zeros(1, 3, 224, 224))
+        features = adapted.encode(adapted.image_prefix(torch.zeros(1, 3, 224, 224)))
         text = adapted.text_features(["dog", "cat"])
     assert tuple(features.shape) == (1, 6, 512) and tuple(text.shape) == (2, 512)  # CLS + 5 attribute streams
     fusion = json.loads((study["run"] / "fuse/seed1/fusion.json").read_text())

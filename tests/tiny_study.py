@@ -28,9 +28,7 @@ def params() -> dict:
                     "transfer": {"source": "world_objects", "cross_dataset": ["world_objects_b"],
                                  "domain_generalization": ["world_objects_sketch"]}}
     raw["profile"].update(dataset="world_objects", max_images=32, batch_size=16, svd_rank=8, texts_per_head=5, layers=2)
-    raw["dear"].update(d_r=16)
-    raw["mmrl"].update(d_r=16)
-    small_recipes(raw["train"], epochs=1, batch_size=4, warmup_epochs=0)
+    small_recipes(raw["train"], epochs=1, batch_size=4, warmup_epochs=0, rep_dim=16)
     raw["train"].update(checkpoint_every=2)
     raw["compute"].update(device="cpu", workers=0)
     raw["evaluate"]["batch_size"] = 64

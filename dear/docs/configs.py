@@ -6,6 +6,8 @@ changes the page (after `python -m dear.docs`) instead of leaving it wrong.
 
 from __future__ import annotations
 
+import json
+
 import re
 from pathlib import Path
 from typing import Iterator
@@ -87,27 +89,40 @@ def config_diff(root: Path, config: str) -> str:
     return table(["key", f"`{DEMO}`", f"`{config}`"], rows)
 
 
-def recipes(root: Path) -> str:
-    """The training recipes (train.recipes.*) of every config file, one row each."""
+def recipe_table(root: Path, method: str, source: str = "imagenet", demo_dataset: str = "world_objects") -> str:
+    """One method's recipe: every key, its authors' value and where it comes from, its per-dataset and
+    transfer-source variants (each with its file), and the demo's value where params.yaml changes it."""
+    from dear.methods import entry
+    from dear.methods.recipe import load, resolve
+
+    spec = load(entry(method).recipe)
+    base = resolve({}, method, "", "base_to_novel")  # no dataset layer
+    transfer = resolve({}, method, source, "transfer")
+    demo = resolve(load_params(root / DEMO).train.recipes, method, demo_dataset, "base_to_novel")
     rows = []
-    for name in config_files(root):
-        train = load_params(root / name).train
-        for method, recipe in (("mmrl, dear_nomask, dear", train.recipes.mmrl), ("coop", train.recipes.coop)):
-            epochs = str(recipe.epochs) + "".join(f", {ds}: {n}" for ds, n in recipe.dataset_epochs.items())
-            momentum = f" (momentum {value(recipe.momentum)})" if recipe.optimizer == "sgd" else ""
-            rows.append([f"`{name}`", method, recipe.optimizer + momentum, value(recipe.lr),
-                         value(recipe.weight_decay), str(recipe.batch_size), epochs,
-                         f"{recipe.warmup_epochs} at {value(recipe.warmup_lr)}", _transfer(recipe)])
-    return table(["file", "methods", "optimizer", "lr", "weight decay", "batch", "epochs", "warm-up epochs",
-                  "transfer source: epochs, warm-up"], rows)
+    for key, setting in base.settings.items():
+        variants = []
+        for dataset in spec.datasets:
+            own = resolve({}, method, dataset, "base_to_novel").settings[key]
+            if own.value != setting.value:
+                variants.append(f"{dataset}: {_value(own.value)} ({_file(own.source)})")
+        moved = transfer.settings[key]
+        if moved.value != resolve({}, method, source, "base_to_novel").settings[key].value:
+            variants.append(f"transfer source: {_value(moved.value)} ({_file(moved.source)})")
+        mine = demo.settings[key]
+        rows.append([f"`{key}`", _value(setting.value), f"{setting.kind}: {_file(setting.source)}",
+                     "; ".join(variants) or "—", _value(mine.value) if mine.differs or mine.kind == "ours" else "="])
+    return table(["key", "value", "source", "per dataset / protocol", f"`{DEMO}` ({demo_dataset})"], rows)
 
 
-def _transfer(recipe) -> str:
-    """The transfer source run's epochs and warm-up, or that it trains as base-to-novel does."""
-    if recipe.transfer_epochs is None and recipe.transfer_warmup_epochs is None:
-        return "as base-to-novel"
-    source = recipe.for_run("", transfer=True)  # no dataset of its own: the default epochs where unset
-    return f"{source.epochs}, {source.warmup_epochs}"
+def _value(value) -> str:
+    return f"`{json.dumps(value)}`"
+
+
+def _file(source: str) -> str:
+    """A source without its repository prefix when it names one (`owner/repo@commit path ...` -> `path ...`)."""
+    head, _, rest = source.partition(" ")
+    return f"{head.split('@')[0].split('/')[-1]}: {rest}" if "@" in head and rest else source
 
 
 def study(root: Path, name: str = DEMO) -> str:

@@ -10,7 +10,7 @@ from dear.errors import DearError
 GENERATORS = {
     "params": configs.params_table,            # params SECTION: every key, its value per config file
     "config-diff": configs.config_diff,        # config-diff FILE: keys where FILE differs from params.yaml
-    "recipes": configs.recipes,                # the training recipes of every config file
+    "recipe": configs.recipe_table,            # recipe METHOD: every value of its recipe, its source, the demo's
     "study": configs.study,                    # study [FILE]: what the pipeline runs, one sentence
     "world-datasets": configs.world_datasets,  # the embedded datasets params.yaml draws
     "slurm-resources": configs.slurm_resources,  # what the slurm profile asks for per rule

@@ -39,8 +39,6 @@ SMOKE = {  # dotted key: the smoke study's value (the tiny world has 8 objects o
     "profile.layers": 2,
     "profile.svd_rank": 8,
     "profile.texts_per_head": 5,
-    "dear.d_r": 16,
-    "mmrl.d_r": 16,
     "compute.workers": 0,
     "evaluate.batch_size": 64,
 }

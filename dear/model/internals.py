@@ -198,7 +198,7 @@ def image_tokens(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
 
     images: [B, 3, S, S] -> [B, 1 + N, D] (CLS first).
     """
-    return model.visual._embeds(images)
+    return model.visual._embeds(images.to(image_dtype(model)))
 
 
 def image_embedding(model: nn.Module, cls_state: torch.Tensor) -> torch.Tensor:
@@ -228,6 +228,16 @@ def image_normalization(model: nn.Module) -> tuple[tuple[float, ...], tuple[floa
 
 def image_ln_post(model: nn.Module) -> nn.LayerNorm:
     return model.visual.ln_post
+
+
+def image_ln_pre(model: nn.Module) -> nn.Module:
+    """The norm every image token passes before block 1 (per token: prompts appended before it may take it alone)."""
+    return model.visual.ln_pre
+
+
+def image_dtype(model: nn.Module) -> torch.dtype:
+    """The dtype of the image tower's weights (fp16 after `half_precision`)."""
+    return model.visual.conv1.weight.dtype
 
 
 def image_projection(model: nn.Module) -> torch.Tensor:
@@ -296,6 +306,11 @@ def compact_token_embedding(model: nn.Module, ids: torch.Tensor):
         module.token_embedding = full
         with torch.no_grad():
             full.weight[compact.ids] = compact.weight.detach()
+
+
+def text_dtype(model: nn.Module) -> torch.dtype:
+    """The dtype the text blocks compute in (their weights'; fp16 after `half_precision`)."""
+    return text_tower(model).blocks[0].attn.in_proj_weight.dtype
 
 
 def text_positions(model: nn.Module) -> torch.Tensor:
@@ -368,6 +383,20 @@ def encode_text(model: nn.Module, text: torch.Tensor) -> torch.Tensor:
     for block in tower.blocks:
         x = block_forward(block, x, mask)
     return text_embedding(model, x, text_pool_index(model, text))
+
+
+def half_precision(model: nn.Module) -> nn.Module:
+    """The authors' fp16 CLIP, in place: OpenAI's `convert_weights` (open_clip's `convert_weights_to_lp`) turns
+    linear, convolution and attention weights and both projections to fp16; embeddings and norms stay fp32,
+    and every LayerNorm computes in fp32 and casts back, as OpenAI's CLIP LayerNorm does."""
+    from open_clip.model import convert_weights_to_lp
+    from open_clip.transformer import LayerNorm, LayerNormFp32
+
+    convert_weights_to_lp(model, torch.float16)
+    for module in model.modules():
+        if type(module) in (LayerNorm, nn.LayerNorm):
+            module.__class__ = LayerNormFp32
+    return model
 
 
 def logit_scale(model: nn.Module) -> torch.Tensor:

@@ -1,9 +1,10 @@
-"""model.pt: the learnable tensors of a run plus what rebuilds the adapted model.
+"""model.pt: the learnable tensors of a run plus what rebuilds its method's model.
 
-The file holds no frozen CLIP weight: the method config, the prompt template,
-the learnable tensors, and the hashes that tie it to its backbone, its roles
-table and its params. `load_trained` refuses a mismatched backbone or roles
-table instead of silently evaluating the wrong model.
+The file holds no frozen CLIP weight: the method's name, its resolved recipe
+(every value and its source), the learnable tensors, and the hashes that tie
+it to its backbone, its roles table and its params. `load_trained` refuses a
+mismatched backbone, roles table or recipe instead of silently evaluating the
+wrong model.
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ import torch
 from dear.errors import DearError
 from dear.io import load_torch, read_parquet, sha256_file, write_bytes
 from dear.model import internals as oc
-from dear.model.dear import Adapted
 from dear.model.masks import HeadRole, roles_from_rows
-from dear.model.methods import Method, method
 
-FORMAT = "dear-trained/1"
+FORMAT = "dear-trained/2"  # /1: before recipes (a method config of flags): retrain
 ROLES_SCHEMA = pa.schema([
     pa.field("layer", pa.int64()),
     pa.field("head", pa.int64()),
@@ -53,9 +52,9 @@ def read_roles(path: Path, backbone, model_sha256: str) -> list[HeadRole]:
     return roles_from_rows(table.to_pylist(), tower.layers, tower.heads, str(path))
 
 
-def save_trained(path: Path, model: Adapted, record: dict) -> None:
+def save_trained(path: Path, model, record: dict) -> None:
     """Write model.pt atomically; `record` holds the hashes (backbone, roles, params) and run facts."""
-    meta = {"method": model.method.to_dict(), "template": model.template, **record}
+    meta = {"method": model.name, "recipe": model.recipe.to_dict(), **record}
     # metadata as canonical JSON: pickle's memo would make equal dicts from two processes differ in bytes
     payload = {"format": FORMAT, "meta": json.dumps(meta, sort_keys=True, default=str), "state": model.trainable_state()}
     buffer = io.BytesIO()
@@ -73,7 +72,7 @@ def read_trained(path: Path) -> dict:
     except Exception as err:  # torch raises many types on a damaged file
         raise DearError(f"{path}: not a readable model.pt ({type(err).__name__}); delete it and rerun `dear train`") from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or not isinstance(payload.get("state"), dict):
-        raise DearError(f"{path}: not a model.pt written by `dear train` ({FORMAT}); rerun `dear train`")
+        raise DearError(f"{path}: not a model.pt written by this version of `dear train` ({FORMAT}); rerun `dear train`")
     broken = [name for name, tensor in payload["state"].items()
               if isinstance(tensor, torch.Tensor) and not torch.isfinite(tensor).all()]
     if broken:
@@ -82,28 +81,35 @@ def read_trained(path: Path) -> dict:
     return {**json.loads(payload["meta"]), "state": payload["state"]}
 
 
-def load_trained(model_pt: Path, backbone, roles_path: Path | None = None, params=None) -> Adapted:
-    """Rebuild the adapted model of a `dear train` run on `backbone` (eval mode, CPU).
+def load_trained(model_pt: Path, backbone, roles_path: Path | None = None, params=None):
+    """Rebuild the model of a `dear train` run on `backbone` (eval mode, CPU).
 
     `roles_path` is needed by the `dear` method only; when `params` is given,
-    its dear/train/fusion values must still describe this model.
+    its recipe for this run must still be the one the model was trained with.
     """
+    from dear.methods import create
+    from dear.methods.recipe import Recipe
+
     payload = read_trained(Path(model_pt))
-    spec = Method.from_dict(payload["method"])
+    recipe = Recipe.from_dict(payload["recipe"])
     sha = backbone_sha256(backbone)
     if payload["backbone_sha256"] != sha:
         raise DearError(f"{model_pt}: trained on backbone {payload['backbone_sha256'][:12]}..., not this one "
                         f"({sha[:12]}...); pass the backbone it was trained on or retrain")
-    if params is not None and method(spec.name, params) != spec:
-        raise DearError(f"{model_pt}: made with other dear/mmrl/train/fusion params than the current ones; "
-                        "rerun `dear train`")
+    if params is not None:
+        current = params.train.recipe(payload["method"], recipe.dataset, recipe.protocol)
+        changed = sorted(k for k in set(current.values) | set(recipe.values)
+                         if current.values.get(k) != recipe.values.get(k))
+        if changed:
+            raise DearError(f"{model_pt}: trained with other recipe values than the current params "
+                            f"({', '.join(changed[:5])}); rerun `dear train`")
     roles = None
-    if spec.role_masks:
+    if payload.get("roles_sha256"):
         if roles_path is None:
-            raise DearError(f"{model_pt}: method {spec.name} needs its roles table (--roles)")
+            raise DearError(f"{model_pt}: method {payload['method']} needs its roles table (--roles)")
         if sha256_file(roles_path) != payload["roles_sha256"]:
             raise DearError(f"{roles_path}: not the roles table this model was trained with; pass that one or retrain")
         roles = read_roles(Path(roles_path), backbone, sha)
-    model = Adapted(backbone.model, backbone.tokenizer, spec, payload["template"], roles)
+    model = create(payload["method"], backbone, recipe, roles)
     model.load_trainable(payload["state"], str(model_pt))
     return model.eval()

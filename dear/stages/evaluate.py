@@ -5,9 +5,11 @@
   (`fusion.novel: cls`, MMRL's decoupled inference) or the fused logits;
 - cross-dataset and domain generalization (a model trained on all classes of
   the source): the source's own test split and every target's, each over the
-  target's own class list - so ImageNet-A/-R are scored on their 200 classes.
-  The source itself uses the fused logits; every target follows
-  `fusion.novel` (MMRL's code: the fused logits on ImageNet only).
+  target's own class list and its own prompt (the method's recipe at that
+  dataset: MMRL and zero-shot CLIP score each target with its own template) -
+  so ImageNet-A/-R are scored on their 200 classes. Which logits predict is
+  the method's (`MethodModel.output`): the source itself (seen) fused, the
+  targets (unseen) by its rule (MMRL: CLS alone; DeAR: `fusion.novel`).
 
 Besides the method's output, every stream's own predictions are counted
 (stream `cls`, each attribute concept, MMRL's `rep`), so the report can show
@@ -27,7 +29,6 @@ from typing import ClassVar
 
 import torch
 
-from dear import device as devices
 from dear import evaluation
 from dear.data.manifest import read_manifest
 from dear.errors import DearError
@@ -73,24 +74,22 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     alpha = _alpha(inputs.fusion)
     targets = _targets(params, inputs)  # checks every input before the model is built
     backbone = load_backbone(inputs.backbone)
-    adapted = load_trained(inputs.model, backbone, inputs.roles, params)
-    device = devices.resolve(params.compute)
-    devices.fast_matmuls(device)
-    adapted.to(device)
-    transform = evaluation.eval_transform(adapted, params.train.augmentation)
+    model, precision = evaluation.prepared(load_trained(inputs.model, backbone, inputs.roles, params), params.compute)
+    transform = evaluation.eval_transform(model)
     sha = backbone.card.get("sha256")  # the next seed's model shares these weights: its frozen blocks are reused
     reuse = evaluation.Reuse(sha, params.evaluate.reuse_mb) if sha else None
     rows, encoded = [], {}
     for target in targets:
         key = (target.name, target.split)
         if key not in encoded:  # the source's own test images serve both transfer protocols
-            encoded[key] = evaluation.encode_images(adapted, target.images, transform, params.evaluate.batch_size,
-                                                    params.compute, f"evaluate: {target.name} {target.split}", reuse)
-        logits = evaluation.stream_logits(adapted, encoded[key], target.images.classnames)  # [N, S+1, C]
-        use_cls = not target.seen and params.fusion.novel == "cls"
-        output = logits[:, 0] if use_cls else evaluation.fuse(logits, alpha)  # [N, C]
+            encoded[key] = evaluation.encode_images(model, target.images, transform, params.evaluate.batch_size,
+                                                    params.compute.workers, precision,
+                                                    f"evaluate: {target.name} {target.split}", reuse)
+        template = _template(params, model, target.name)
+        logits = evaluation.stream_logits(model, encoded[key], target.images.classnames, template)  # [N, S+1, C]
+        output = model.output(logits, alpha, target.seen, params.fusion.novel)  # [N, C]
         rows += _rows(record, inputs.source.name, target, OUTPUT, output)
-        for index, stream in enumerate(adapted.method.stream_names()):
+        for index, stream in enumerate(model.stream_names()):
             rows += _rows(record, inputs.source.name, target, stream, logits[:, index])
     made_by = provenance({"fusion": params.fusion, "evaluate": params.evaluate},
                          {"model": inputs.model, "fusion": inputs.fusion}, record["seed"])
@@ -98,7 +97,14 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     with output_folder(outputs.folder, Outputs.FILES) as folder:
         write_eval(folder / "eval.parquet", rows, made_by)
         write_json(folder / "metrics.json", metrics)
-    log.info("%s", summary(eval_frame(rows), adapted.method.name, record["seed"]))
+    log.info("%s", summary(eval_frame(rows), model.name, record["seed"]))
+
+
+def _template(params: Params, model, dataset: str) -> str | None:
+    """The prompt the method writes for `dataset`'s classes: its recipe's template at that dataset (if it has one)."""
+    if "template" not in model.recipe.settings or dataset == model.recipe.dataset:
+        return None  # the model's own
+    return params.train.recipe(model.name, dataset, "base_to_novel").template
 
 
 def summary(frame, method: str, seed: int) -> str:
@@ -151,7 +157,7 @@ def _targets(params: Params, inputs: Inputs) -> list[Target]:
 def _rows(record: dict, source: str, target: Target, stream: str, logits: torch.Tensor) -> list[dict]:
     correct, total = evaluation.per_class_counts(logits, target.images.labels, len(target.images.classnames))
     return [
-        {"method": record["method"]["name"], "source": source, "seed": record["seed"], "protocol": target.protocol,
+        {"method": record["method"], "source": source, "seed": record["seed"], "protocol": target.protocol,
          "target": target.name, "split": target.split, "stream": stream, "label": label, "classname": name,
          "correct": hits, "total": count}
         for label, (name, hits, count) in enumerate(zip(target.images.classnames, correct, total))

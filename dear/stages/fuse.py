@@ -18,7 +18,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from dear import device as devices
 from dear import evaluation
 from dear.data.manifest import read_fewshot, read_manifest
 from dear.errors import DearError
@@ -46,20 +45,18 @@ class Outputs:
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
-    adapted = load_trained(inputs.model, load_backbone(inputs.backbone), inputs.roles, params)
-    device = devices.resolve(params.compute)
-    devices.fast_matmuls(device)
-    adapted.to(device)
+    model, precision = evaluation.prepared(load_trained(inputs.model, load_backbone(inputs.backbone), inputs.roles,
+                                                        params), params.compute)
     val = evaluation.image_set(read_fewshot(inputs.fewshot), read_manifest(inputs.manifest), None, inputs.classes,
                                inputs.fewshot, fewshot_split="val")
-    features = evaluation.encode_images(adapted, val, evaluation.eval_transform(adapted, params.train.augmentation),
-                                        params.evaluate.batch_size, params.compute, "fuse: validation shots")
-    logits = evaluation.stream_logits(adapted, features, val.classnames)  # [N, S+1, C]
+    features = evaluation.encode_images(model, val, evaluation.eval_transform(model), params.evaluate.batch_size,
+                                        params.compute.workers, precision, "fuse: validation shots")
+    logits = evaluation.stream_logits(model, features, val.classnames)  # [N, S+1, C]
     if not torch.isfinite(logits).all():
         raise DearError(f"{inputs.model}: the model's logits on the validation shots are not finite (NaN or inf); "
                         "it is numerically broken: retrain with a lower learning rate (train.recipes.*.lr)")
-    trained = adapted.alpha.detach().float().cpu()
-    refit = params.fusion.mode == "refit" and adapted.method.refit_fusion and len(trained) > 1
+    trained = model.alpha.detach().float().cpu()
+    refit = params.fusion.mode == "refit" and model.refits_fusion and len(trained) > 1
     choice = choose_alpha(logits, val.labels, trained, params.fusion.refit_iterations) if refit \
         else Choice(trained, evaluation.accuracy(evaluation.fuse(logits, trained), val.labels))
     log.info("α %s -> %s; validation accuracy %.2f -> %.2f on %d shots", _round(trained), _round(choice.alpha),
@@ -67,7 +64,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     with filesystem_errors(outputs.fusion):
         write_json(outputs.fusion, {
             "alpha": choice.alpha.tolist(), "alpha_trained": trained.tolist(), "mode": params.fusion.mode,
-            "refit": refit, "refit_kept": choice.refit_kept, "streams": adapted.method.stream_names(),
+            "refit": refit, "refit_kept": choice.refit_kept, "streams": model.stream_names(),
             "classes": inputs.classes, "n_val": len(val),
             "val_accuracy_before": choice.before, "val_accuracy_refit": choice.refit_accuracy,
             "val_accuracy_after": choice.after,

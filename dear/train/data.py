@@ -8,7 +8,6 @@ same batches as an uninterrupted one.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from dear import cpus
 from dear.data import manifest
 from dear.data.manifest import read_fewshot, select
 from dear.errors import DearError, from_workers
-from dear.params import Augmentation
 
 INTERPOLATION = {"bicubic": T.InterpolationMode.BICUBIC, "bilinear": T.InterpolationMode.BILINEAR}
 
@@ -63,8 +61,11 @@ def check_images_exist(shots: Shots, source: Path) -> None:
     manifest.check_images_exist(shots.paths, source, "training image")
 
 
-def train_transform(aug: Augmentation, size: int, mean, std) -> T.Compose:
-    """CoOp's training transform: random resized crop, horizontal flip, normalize."""
+def train_transform(aug, size: int, mean, std) -> T.Compose:
+    """Dassl's training transform: random resized crop, horizontal flip, normalize.
+
+    `aug`: anything with crop_scale, flip_prob and interpolation (a method's recipe, the backbone's section).
+    """
     return T.Compose([
         T.RandomResizedCrop(size, scale=tuple(aug.crop_scale), interpolation=INTERPOLATION[aug.interpolation]),
         T.RandomHorizontalFlip(aug.flip_prob),
@@ -73,10 +74,10 @@ def train_transform(aug: Augmentation, size: int, mean, std) -> T.Compose:
     ])
 
 
-def test_transform(aug: Augmentation, size: int, mean, std) -> T.Compose:
-    """CoOp's test transform: resize the short side, centre crop, normalize (the evaluate stage uses it)."""
+def test_transform(interpolation: str, size: int, mean, std) -> T.Compose:
+    """Dassl's test transform: resize the short side to `size`, centre crop, normalize (fuse and evaluate use it)."""
     return T.Compose([
-        T.Resize(size, interpolation=INTERPOLATION[aug.interpolation]),
+        T.Resize(size, interpolation=INTERPOLATION[interpolation]),
         T.CenterCrop(size),
         T.ToTensor(),
         T.Normalize(mean, std),
@@ -90,7 +91,12 @@ def derived_seed(*parts: int) -> int:
 
 @dataclass(frozen=True)
 class Schedule:
-    """Which samples each step reads: epoch-wise permutations, last batch of an epoch may be short."""
+    """Which samples each step reads: a fresh permutation per epoch, cut in batches as Dassl's loader does.
+
+    Dassl: `drop_last = is_train and len(data_source) >= batch_size`: the last short
+    batch is dropped when the shots hold at least one full batch (304 shots at
+    batch 32: 9 steps), and kept as the only batch when they do not.
+    """
 
     n: int
     batch_size: int
@@ -98,8 +104,12 @@ class Schedule:
     seed: int
 
     @property
+    def drops_last(self) -> bool:
+        return self.n >= self.batch_size
+
+    @property
     def steps_per_epoch(self) -> int:
-        return math.ceil(self.n / self.batch_size)
+        return self.n // self.batch_size if self.drops_last else 1
 
     @property
     def total_steps(self) -> int:
@@ -114,7 +124,7 @@ class Schedule:
         for step in range(start_step, self.total_steps):
             epoch, b = divmod(step, self.steps_per_epoch)
             first = b * self.batch_size
-            yield [(epoch, slot) for slot in range(first, min(first + self.batch_size, self.n))]
+            yield [(epoch, slot) for slot in range(first, min(first + self.batch_size, self.n))]  # full unless n < B
 
 
 class ShotImages(torch.utils.data.Dataset):

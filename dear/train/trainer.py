@@ -1,13 +1,21 @@
-"""The one trainer of every method: Dassl's schedule, resumable.
+"""The one trainer of every method: Dassl's mechanics, resumable.
 
-What differs between methods lives in the model (`Method`), the objective
-(`Method.objective`) and the recipe (`train.recipes`: AdamW for the token
-methods, SGD for CoOp); the loop is the same. The learning rate follows
-Dassl's: constant `warmup_lr` for the warm-up epochs, then a cosine over
-the epochs, changed once per epoch (MMRL and CoOp both step it per epoch). Checkpoints every
-`train.checkpoint_every` steps carry the full state, and the batches depend
-only on (seed, step), so a run killed at any moment and restarted with the
-same command ends with the same bytes as one that never stopped (on CPU).
+What differs between methods lives in the method's model (`MethodModel.step`:
+its loss terms) and in its resolved recipe (`dear.methods.recipe.Recipe`:
+optimizer, learning rate, batch, epochs, warm-up, augmentation, precision);
+the loop is Dassl's TrainerX:
+- the learning rate is `warmup_lr` for the warm-up epochs, then a cosine over
+  all epochs (ConstantWarmupScheduler over CosineAnnealingLR(T_max=epochs)),
+  changed once per epoch, so the last epoch does not run at zero (`EpochCosine`);
+- an epoch is a fresh permutation of the shots in batches, the last short one
+  dropped when the shots hold at least one full batch (`Schedule`);
+- the model after the last epoch is the one kept (no selection on validation);
+- the precision of the recipe on CUDA: fp16 (CLIP and the learnable tensors in
+  half), amp (fp16 autocast, loss scaling), bf16 autocast (ours) or fp32.
+Checkpoints every `train.checkpoint_every` steps carry the full state, and the
+batches depend only on (seed, step), so a run killed at any moment and
+restarted with the same command ends with the same bytes as one that never
+stopped (on CPU).
 """
 
 from __future__ import annotations
@@ -20,11 +28,11 @@ from pathlib import Path
 
 import torch
 
-from dear.errors import DearError
-from dear.model.dear import Adapted
-from dear.model.losses import Weights, objective
 from dear import device as devices
-from dear.params import Compute, Recipe, Train
+from dear.errors import DearError
+from dear.methods.base import MethodModel
+from dear.methods.recipe import Recipe
+from dear.params import Compute
 from dear.progress import track
 from dear.train import checkpoint
 from dear.train.data import Schedule, ShotImages, Shots, loader, train_transform
@@ -36,7 +44,7 @@ log = logging.getLogger("dear.train")
 class EpochCosine:
     """LR factor of step s (Dassl's ConstantWarmupScheduler over CosineAnnealingLR, stepped per epoch).
 
-    Epoch e < W: warmup_lr / lr; epoch e >= W: 0.5 (1 + cos(π (e - W) / E)), E = all epochs.
+    Epoch e < W: warmup_lr / lr; epoch e >= W: 0.5 (1 + cos(π (e - W) / E)), E = all epochs (e 0-based).
     """
 
     def __init__(self, steps_per_epoch: int, epochs: int, warmup_epochs: int, warmup_factor: float):
@@ -52,19 +60,17 @@ class EpochCosine:
 
 @dataclass
 class Run:
-    """One training run: the model, its shots and where its checkpoint lives."""
+    """One training run: the model, its shots, its recipe and where its checkpoint lives."""
 
-    model: Adapted
+    model: MethodModel
     shots: Shots
-    params: Train
     recipe: Recipe
-    epochs: int
-    weights: Weights
     compute: Compute
     seed: int
     image_size: int
     normalization: tuple
     checkpoint: Path
+    checkpoint_every: int
     params_hash: str
 
 
@@ -79,56 +85,61 @@ class Loop:
 
 
 def fit(run: Run) -> list[dict]:
-    """Train `run.model` in place; returns the log rows (step, epoch, loss terms, accuracy, lr, alpha, seconds)."""
-    p, recipe = run.params, run.recipe
+    """Train `run.model` in place; returns the log rows (step, epoch, loss and its terms, accuracy, lr, ...)."""
+    recipe = run.recipe
     device = devices.resolve(run.compute)
-    use_bf16 = devices.uses_bf16(device, run.compute.precision)
+    precision = devices.Precision(recipe.precision, device)
     devices.fast_matmuls(device)  # fp32 matmuls outside autocast (frozen features)
-    model = run.model.to(device).train()
-    loop = make_loop(model, recipe, Schedule(n=len(run.shots.paths), batch_size=recipe.batch_size, epochs=run.epochs,
-                                             seed=run.seed), device)
+    model = precision.prepare(run.model.to(device)).train()
+    schedule = Schedule(n=len(run.shots.paths), batch_size=recipe.batch_size, epochs=recipe.epochs, seed=run.seed)
+    loop = make_loop(model, recipe, schedule, precision)
     rows, start, elapsed = [], 0, 0.0
-    fade_steps = round(p.fade_in_epochs * loop.schedule.steps_per_epoch) if model.has_tokens else 0
+    fade_steps = round(recipe.get("fade_in_epochs", 0.0) * schedule.steps_per_epoch)
     model.fade = fade_at(0, fade_steps)
     state = checkpoint.load(run.checkpoint, run.params_hash)
     if state is not None:
         rows, start, elapsed = _restore(state, model, loop)
-    transform = train_transform(p.augmentation, run.image_size, *run.normalization)
-    weights = run.weights
     classnames = run.shots.classnames
-    frozen_text = model.frozen_text_features(classnames)  # [C, E], computed once
     began = time.perf_counter() - elapsed
-    if p.views:
-        cache = ViewCache(model, run.shots, transform, p.views, run.seed, max(64, recipe.batch_size),
-                          with_frozen=_needs_frozen(model, weights), autocast=_autocast(device, use_bf16))
-        batches = cached_batches(cache, loop.schedule, run.shots, start)
-    else:
-        batches = loader(ShotImages(run.shots, loop.schedule, transform), start, run.compute.workers,
-                         pin_memory=device.type == "cuda")
-    for step, (images, labels) in zip(track(range(start, loop.schedule.total_steps), f"train {model.method.name}",
-                                            total=loop.schedule.total_steps - start), batches):
+    batches = _batches(run, model, schedule, start, precision)
+    for step, (inputs, labels) in zip(track(range(start, schedule.total_steps), f"train {model.name}",
+                                            total=schedule.total_steps - start), batches):
         lr = loop.scheduler.get_last_lr()[0]
         model.fade = fade_at(step + 1, fade_steps)
-        images, labels = _to(images, device), labels.to(device, non_blocking=True)
-        terms, alpha, correct = loss_of_batch(model, images, labels, classnames, frozen_text, weights, use_bf16)
-        if not torch.isfinite(terms.total):
-            _stop_on_nan(step, terms, run.checkpoint)
-        update(loop, terms.total)
-        rows.append({"step": step, "epoch": step // loop.schedule.steps_per_epoch, **terms.as_floats(),
-                     "accuracy": 100.0 * correct / len(labels), "lr": lr, "fade": model.fade,
-                     "alpha": [float(a) for a in alpha.detach().float().cpu()],
+        labels = labels.to(device, non_blocking=True)
+        result = step_of_batch(model, _to(inputs, device), labels, classnames, precision)
+        if not torch.isfinite(result.total):
+            _stop_on_nan(step, result, run.checkpoint)
+        update(loop, result.total)
+        rows.append({"step": step, "epoch": step // schedule.steps_per_epoch, "loss": float(result.total.detach()),
+                     **{f"loss_{name}": float(value.detach()) for name, value in result.terms.items()},
+                     "accuracy": 100.0 * int((result.logits.detach().argmax(1) == labels).sum()) / len(labels),
+                     "lr": lr, "fade": model.fade, "alpha": [float(a) for a in model.alpha.detach().float().cpu()],
                      "seconds": time.perf_counter() - began})
         done = step + 1
-        if done % p.checkpoint_every == 0 or done == loop.schedule.total_steps:
+        if done % schedule.steps_per_epoch == 0:
+            model.on_epoch_end(done // schedule.steps_per_epoch, schedule.epochs)
+        if done % run.checkpoint_every == 0 or done == schedule.total_steps:
             _check_finite(model, step, run.checkpoint)
-            if done == loop.schedule.total_steps:  # no next step's loss looks at the last update: look now
+            if done == schedule.total_steps:  # no next step's loss looks at the last update: look now
                 with torch.no_grad():
-                    after, _, _ = loss_of_batch(model, images, labels, classnames, frozen_text, weights, use_bf16)
+                    after = step_of_batch(model, _to(inputs, device), labels, classnames, precision)
                 if not torch.isfinite(after.total):
                     _stop_on_nan(step, after, run.checkpoint, "after the last update")
             checkpoint.save(run.checkpoint, _state(model, loop, done, rows, run.params_hash))
     model.eval()
     return rows
+
+
+def _batches(run: Run, model: MethodModel, schedule: Schedule, start: int, precision: "devices.Precision"):
+    """(pixels [B, 3, S, S] or (prefix, untouched image feature), labels) of every step from `start`."""
+    transform = train_transform(run.recipe, run.image_size, *run.normalization)
+    if run.recipe.views:
+        cache = ViewCache(model, run.shots, transform, run.recipe.views, run.seed, max(64, run.recipe.batch_size),
+                          autocast=precision.autocast())
+        return cached_batches(cache, schedule, run.shots, start)
+    return loader(ShotImages(run.shots, schedule, transform), start, run.compute.workers,
+                  pin_memory=precision.device.type == "cuda")
 
 
 def fade_at(steps: int, fade_steps: int) -> float:
@@ -148,47 +159,26 @@ def cached_batches(cache: ViewCache, schedule: Schedule, shots: Shots, start_ste
 
 
 def _to(images, device: torch.device):
-    """Pixels [B, 3, S, S], or a cached (prefix, frozen CLS) pair, on `device`."""
+    """Pixels [B, 3, S, S], or a cached (prefix, untouched image feature) pair, on `device`."""
     if isinstance(images, torch.Tensor):
         return images.to(device, non_blocking=True)
     return tuple(None if part is None else part.to(device) for part in images)
 
 
-def _needs_frozen(model: Adapted, weights: Weights) -> bool:
-    """Whether the objective has the image regularizer (the untouched model's CLS feature)."""
-    return model.method.objective != "ce" and weights.reg > 0
-
-
-def _autocast(device: torch.device, use_bf16: bool):
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
-
-
-def loss_of_batch(model: Adapted, images, labels: torch.Tensor, classnames: list[str],
-                  frozen_text: torch.Tensor, weights: Weights, use_bf16: bool):
-    """Forward pass and the method's objective for one batch: (LossTerms, alpha [S+1], correct predictions).
-
-    `images`: pixels [B, 3, S, S], or (frozen blocks' output [B, 1+N, D], frozen CLS [B, E] or None) from a
-    view bank. Correct counts the output the method reports on base classes (the fused logits; CoOp's prompt).
-    """
-    kind = model.method.objective
-    with _autocast(labels.device, use_bf16):
-        if isinstance(images, torch.Tensor):
-            out = model.image_forward(images, with_frozen=_needs_frozen(model, weights))  # [B, S+1, E]
+def step_of_batch(model: MethodModel, inputs, labels: torch.Tensor, classnames: list[str],
+                  precision: "devices.Precision"):
+    """The method's loss on one batch (`MethodModel.step`), from pixels or a view bank's cached pair."""
+    with precision.autocast():
+        if isinstance(inputs, torch.Tensor):
+            prefix = model.image_prefix(inputs)  # [B, 1+N, D]
+            frozen = model.frozen_image(prefix) if model.needs_frozen_image else None
         else:
-            prefix, frozen = images
-            out = model.forward_from_prefix(prefix, _needs_frozen(model, weights), frozen)
-        text = model.text_features(classnames)  # [C, E]
-        alpha = model.alpha  # [S+1]
-        streams = model.logits_from(out.features, text)  # [B, S+1, C]
-        fused = model.fused_logits(streams, alpha)  # [B, C]
-        terms = objective(kind, streams, fused, labels, alpha, out.features[:, 0], out.frozen_cls, text, frozen_text,
-                          weights)
-    correct = int((fused.detach().argmax(1) == labels).sum())
-    return terms, alpha, correct
+            prefix, frozen = inputs
+        return model.step(prefix, labels, classnames, frozen)
 
 
 def update(loop: "Loop", loss: torch.Tensor) -> None:
-    """Backward pass, optimizer and scheduler step."""
+    """Backward pass (loss-scaled under amp), optimizer and scheduler step."""
     loop.optimizer.zero_grad(set_to_none=True)
     loop.scaler.scale(loss).backward()
     loop.scaler.step(loop.optimizer)
@@ -196,20 +186,20 @@ def update(loop: "Loop", loss: torch.Tensor) -> None:
     loop.scheduler.step()
 
 
-def make_loop(model: Adapted, recipe: Recipe, schedule: Schedule, device: torch.device) -> Loop:
-    """The recipe's optimizer over the learnable tensors and Dassl's per-epoch schedule (SPEC §7)."""
+def make_loop(model: MethodModel, recipe: Recipe, schedule: Schedule, precision: "devices.Precision") -> Loop:
+    """The recipe's optimizer over the learnable tensors and Dassl's per-epoch schedule."""
     learnable = [param for param in model.parameters() if param.requires_grad]
     if recipe.optimizer == "sgd":  # Dassl's SGD: no dampening, no Nesterov
         optimizer = torch.optim.SGD(learnable, lr=recipe.lr, momentum=recipe.momentum, weight_decay=recipe.weight_decay)
-    else:
+    else:  # Dassl's adamw: betas (0.9, 0.999), eps 1e-8
         optimizer = torch.optim.AdamW(learnable, lr=recipe.lr, weight_decay=recipe.weight_decay)
     factor = EpochCosine(schedule.steps_per_epoch, schedule.epochs, recipe.warmup_epochs, recipe.warmup_lr / recipe.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-    scaler = torch.amp.GradScaler(device.type, enabled=False)  # bf16 needs no loss scaling; kept for the checkpoint format
+    scaler = torch.amp.GradScaler(precision.device.type, enabled=precision.scales_loss)
     return Loop(optimizer, scheduler, scaler, schedule)
 
 
-def _state(model: Adapted, loop: Loop, step: int, rows: list[dict], params_hash: str) -> dict:
+def _state(model: MethodModel, loop: Loop, step: int, rows: list[dict], params_hash: str) -> dict:
     return {
         "model": model.trainable_state(),
         "optimizer": loop.optimizer.state_dict(),
@@ -222,7 +212,7 @@ def _state(model: Adapted, loop: Loop, step: int, rows: list[dict], params_hash:
     }
 
 
-def _restore(state: dict, model: Adapted, loop: Loop) -> tuple[list[dict], int, float]:
+def _restore(state: dict, model: MethodModel, loop: Loop) -> tuple[list[dict], int, float]:
     model.load_trainable(state["model"], "checkpoint")
     loop.optimizer.load_state_dict(state["optimizer"])
     loop.scheduler.load_state_dict(state["scheduler"])
@@ -232,7 +222,7 @@ def _restore(state: dict, model: Adapted, loop: Loop) -> tuple[list[dict], int, 
     return rows, state["step"], rows[-1]["seconds"] if rows else 0.0
 
 
-def _check_finite(model: Adapted, step: int, path: Path) -> None:
+def _check_finite(model: MethodModel, step: int, path: Path) -> None:
     """Every learnable tensor finite before it is saved: a NaN must never become the last good checkpoint."""
     bad = [name for name, param in model.named_parameters() if param.requires_grad and not torch.isfinite(param).all()]
     if bad:
@@ -240,14 +230,14 @@ def _check_finite(model: Adapted, step: int, path: Path) -> None:
                         f"tensors); likely cause: {_LIKELY}; {_kept(path)}")
 
 
-_LIKELY = "a learning rate too high (train.recipes.*.lr) or bf16 overflow (try compute.precision: fp32)"
+_LIKELY = "a learning rate too high (train.recipes.*.lr) or an overflow in low precision (try train.recipes.*.precision: fp32)"
 
 
 def _kept(path: Path) -> str:
     return f"the last good checkpoint {path} is kept" if path.is_file() else "no checkpoint was written yet"
 
 
-def _stop_on_nan(step: int, terms, path: Path, when: str = "") -> None:
-    values = ", ".join(f"{k}={v:.4g}" for k, v in terms.as_floats().items())
+def _stop_on_nan(step: int, result, path: Path, when: str = "") -> None:
+    values = ", ".join(f"{k}={float(v.detach()):.4g}" for k, v in {"loss": result.total, **result.terms}.items())
     raise DearError(f"step {step}: the loss is not finite{' ' + when if when else ''} ({values}); "
                     f"likely cause: {_LIKELY}; {_kept(path)}")

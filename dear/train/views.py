@@ -1,12 +1,12 @@
 """A fixed bank of augmented views per training image, their frozen blocks computed once.
 
-With `train.views: V`, image i has V augmented views (each drawn with a seed of
+With a recipe's `views: V` (ours), image i has V augmented views (each drawn with a seed of
 its own from (run seed, view, i)), and epoch e trains on view e mod V. The
 image blocks below the first token layer never depend on a learnable tensor,
 so their output for a view - and the untouched model's CLS feature that the
 image regularizer compares with - is the same at every step: it is computed
 once per view and reused in every later epoch that uses the view (exact
-reuse: the same numbers as recomputing them). `train.views: null` keeps the
+reuse: the same numbers as recomputing them). `views: null` keeps the
 recipe's fresh view of every image in every epoch (no cache).
 """
 
@@ -18,7 +18,6 @@ import torch
 from PIL import Image
 
 from dear.data.manifest import read_rgb
-from dear.model.dear import Adapted
 from dear.train.data import Shots, derived_seed
 
 VIEW_STREAM = 7  # keeps view seeds apart from the per-epoch augmentation seeds of dear.train.data
@@ -33,10 +32,10 @@ class View:
 class ViewCache:
     """Frozen-block outputs of V augmented views of every shot, computed on first use."""
 
-    def __init__(self, model: Adapted, shots: Shots, transform, views: int, seed: int, batch_size: int,
-                 with_frozen: bool, autocast):
+    def __init__(self, model, shots: Shots, transform, views: int, seed: int, batch_size: int, autocast):
         self.model, self.transform, self.views, self.seed = model, transform, views, seed
-        self.batch_size, self.with_frozen, self.autocast = batch_size, with_frozen, autocast
+        self.batch_size, self.autocast = batch_size, autocast
+        self.with_frozen = model.needs_frozen_image  # the method's loss compares with the untouched image feature
         self.images = [_decoded(path) for path in shots.paths]  # decoded once
         self._views: dict[int, View] = {}
 
@@ -59,7 +58,7 @@ class ViewCache:
                     prefix = self.model.image_prefix(pixels.to(device))  # [b, 1+N, D]
                     prefixes.append(prefix)
                     if self.with_frozen:
-                        frozen.append(self.model.frozen_cls(prefix))
+                        frozen.append(self.model.frozen_image(prefix))
             self._views[v] = View(torch.cat(prefixes), torch.cat(frozen) if frozen else None)
         return self._views[v]
 

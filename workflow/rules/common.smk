@@ -64,7 +64,7 @@ wildcard_constraints:
 # Shared package modules every stage imports (params, atomic IO, CLI).
 CORE = ["dear/cli.py", "dear/params.py", "dear/io.py", "dear/errors.py", "dear/progress.py"]
 # What every stage that runs a CLIP imports besides its own module.
-MODEL = [*CORE, "dear/model", "dear/data/manifest.py", "dear/resources"]
+MODEL = [*CORE, "dear/model", "dear/methods", "dear/data/manifest.py", "dear/resources"]
 
 
 def code(*paths):

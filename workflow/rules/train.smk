@@ -17,7 +17,7 @@ rule train:
         model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
         log=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet")),
     params:
-        section=section("dear", "train", "fusion"),
+        section=section("train"),
     threads: cpus_of("train")
     log:
         rooted("logs/train/{method}/{dataset}.log"),
@@ -39,7 +39,7 @@ rule train_transfer:
         model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
         log=seeds_of(rooted("transfer/{method}/train/seed{seed}/train_log.parquet")),
     params:
-        section=section("dear", "train", "fusion"),
+        section=section("train"),
     threads: cpus_of("train")
     log:
         rooted("logs/train_transfer/{method}.log"),

@@ -1,0 +1,205 @@
+"""What every method's model is: a frozen CLIP, the method's learnable parts, and one interface.
+
+The trainer, `fuse` and `evaluate` only talk to this interface, so a method
+is one module: its learnable parts (`build`), how they change the towers
+(`encode`, `_text`, through `dear.methods.towers`), its loss terms (`step`)
+and its inference (`output`). The shared parts live here:
+- the frozen image prefix: image blocks below the first one that reads a
+  learnable tensor are computed without autograd (and cached by the trainer's
+  view bank and by `evaluate` between seeds);
+- text features computed once per class list and prompt when nothing learns;
+- the untouched model's CLS feature, for losses that compare with it;
+- the learnable state that model.pt stores, and the run's seed for the init.
+Shapes: B images, C classes, S attribute/representation streams (stream 0 is
+CLS), E embedding width, D tower width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dear.errors import DearError
+from dear.methods.recipe import Recipe
+from dear.model import internals as oc
+
+
+@dataclass
+class Step:
+    """One training step's loss: the total, each term (logged as loss_<term>), and the logits accuracy counts."""
+
+    total: torch.Tensor
+    terms: dict[str, torch.Tensor]
+    logits: torch.Tensor  # [B, C]
+
+
+class MethodModel(nn.Module):
+    """CLIP plus one method's learnable parts. Subclasses override `build`, and what their method changes."""
+
+    TERMS: ClassVar[tuple[str, ...]] = ()  # the loss terms `step` returns, besides the total
+    needs_frozen_image: ClassVar[bool] = False  # `step` reads the untouched model's image feature
+    refits_fusion: ClassVar[bool] = False  # `fuse` may refit the fusion weights (DeAR)
+
+    def __init__(self, name: str, clip: nn.Module, tokenizer, recipe: Recipe, roles=None, seed: int = 0):
+        super().__init__()
+        self.name, self.tokenizer, self.recipe = name, tokenizer, recipe
+        self.clip = clip.eval().requires_grad_(False)
+        self.vision, self.text = oc.vision_tower(clip), oc.text_tower(clip)
+        self.fade = 1.0  # the tokens' fade-in weight (token methods; 1 = off), saved with the learnable state
+        self._cache: dict = {}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.build(roles)
+
+    def build(self, roles) -> None:
+        """Create the learnable parts (under the run's seed: the same init on every run)."""
+
+    # --- image side ------------------------------------------------------------------
+
+    @property
+    def frozen_depth(self) -> int:
+        """Image blocks that never read a learnable tensor (all of them unless the method adds image tokens)."""
+        return self.vision.layers
+
+    @torch.no_grad()
+    def image_prefix(self, images: torch.Tensor) -> torch.Tensor:
+        """[B, 3, S, S] -> [B, 1+N, D]: the output of the frozen blocks (the same for every step's parameters)."""
+        x = oc.image_tokens(self.clip, images)
+        for block in self.vision.blocks[: self.frozen_depth]:
+            x = oc.block_forward(block, x)
+        return x
+
+    def encode(self, prefix: torch.Tensor) -> torch.Tensor:
+        """Stream features [B, S+1, E], normalized, from the frozen prefix (stream 0: CLS)."""
+        return self.frozen_image(prefix)[:, None]
+
+    @torch.no_grad()
+    def frozen_image(self, prefix: torch.Tensor) -> torch.Tensor:
+        """The untouched model's normalized CLS feature [B, E] from the frozen prefix [B, 1+N, D]."""
+        x = prefix
+        blocks = self.vision.blocks[self.frozen_depth:]
+        cls = torch.zeros(1, dtype=torch.long, device=x.device)
+        for i, block in enumerate(blocks):
+            x = oc.block_forward(block, x, rows=cls if i == len(blocks) - 1 else None)  # last: [B, 1, D]
+        return F.normalize(oc.image_embedding(self.clip, x[:, 0]), dim=-1)
+
+    # --- text side -------------------------------------------------------------------
+
+    def text_features(self, classnames: list[str], template: str | None = None) -> torch.Tensor:
+        """[C, E] normalized class features; without autograd, cached per class list and prompt."""
+        template = template or self.recipe.get("template")
+        if torch.is_grad_enabled():
+            return self._text(list(classnames), template)
+        key = ("text", tuple(classnames), template, str(self.device), self.fade,
+               tuple(p._version for p in self.parameters() if p.requires_grad))
+        if key not in self._cache:
+            self._cache = {k: v for k, v in self._cache.items() if k[0] != "text"}
+            self._cache[key] = self._text(list(classnames), template)
+        return self._cache[key]
+
+    def _text(self, classnames: list[str], template: str | None) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} must say how it writes its class features")
+
+    def once(self, key: tuple, compute):
+        """`compute()` the first time `key` is asked for on this device, then the cached result (frozen things)."""
+        key = (*key, str(self.device))
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    # --- logits and inference -----------------------------------------------------------
+
+    def logit_scale(self) -> torch.Tensor:
+        """CLIP's temperature exp(logit_scale), or the recipe's fixed value (MMRL: 100)."""
+        fixed = self.recipe.get("logit_scale")
+        return torch.tensor(fixed, device=self.device) if fixed is not None else oc.logit_scale(self.clip)
+
+    def logits(self, features: torch.Tensor, classnames: list[str], template: str | None = None) -> torch.Tensor:
+        """[B, S+1, E] stream features x the class list's text features -> [B, S+1, C]."""
+        text = self.text_features(classnames, template)
+        return self.logit_scale().float() * torch.einsum("bke,ce->bkc", features.float(), text.float())
+
+    def stream_names(self) -> list[str]:
+        return ["cls"]
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """Fusion weights over the streams [S+1] (one stream: [1])."""
+        return torch.ones(1, device=self.device)
+
+    def output(self, logits: torch.Tensor, alpha: torch.Tensor, seen: bool, novel: str) -> torch.Tensor:
+        """The method's prediction logits [N, C] from stream logits [N, S+1, C].
+
+        `seen`: base classes or the transfer source itself; `novel`: fusion.novel (cls | fused) for unseen ones.
+        """
+        return logits[:, 0]
+
+    # --- training --------------------------------------------------------------------
+
+    def step(self, prefix: torch.Tensor, labels: torch.Tensor, classnames: list[str],
+             frozen_image: torch.Tensor | None = None) -> Step:
+        """The loss of one batch from its frozen prefix [B, 1+N, D] (and the untouched image feature, if needed)."""
+        raise DearError(f"method {self.name} has nothing to train")
+
+    @property
+    def trains(self) -> bool:
+        return any(p.requires_grad for p in self.parameters())
+
+    def on_epoch_end(self, epoch: int, epochs: int) -> None:
+        """Called by the trainer after each epoch's last step (PromptSRC's prompt averaging)."""
+
+    # --- state -------------------------------------------------------------------------
+
+    def train(self, mode: bool = True) -> "MethodModel":
+        super().train(mode)
+        self.clip.eval()  # the frozen model never switches to training behaviour
+        return self
+
+    def _apply(self, fn, *args, **kwargs):
+        self._cache = {}
+        return super()._apply(fn, *args, **kwargs)
+
+    @property
+    def device(self) -> torch.device:
+        return oc.text_positions(self.clip).device
+
+    def extra_state(self) -> dict[str, torch.Tensor]:
+        """Non-parameter state model.pt keeps besides the learnable tensors (the fade-in weight, averages)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what `extra_state` saved (keys absent from older files keep their defaults)."""
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """The learnable tensors and the extra state (what model.pt stores), on CPU."""
+        state = {name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad}
+        return {**state, **{k: v.detach().cpu().clone() for k, v in self.extra_state().items()}}
+
+    def load_trainable(self, state: dict[str, torch.Tensor], source: str) -> None:
+        state = dict(state)
+        extra = {key: state.pop(key) for key in list(state) if key in self.extra_state()}
+        own = {name: p for name, p in self.named_parameters() if p.requires_grad}
+        if set(own) != set(state) or any(own[k].shape != state[k].shape for k in own):
+            raise DearError(f"{source}: learnable tensors do not match method {self.name} on this backbone; "
+                            "retrain with `dear train`")
+        with torch.no_grad():
+            for name, value in state.items():
+                own[name].copy_(value)
+        self.load_extra_state(extra)
+
+
+def check_layer(layer: int, layers: int, key: str) -> int:
+    """A 1-based layer of a tower with `layers` blocks, or a one-line error naming the recipe key."""
+    if not 1 <= layer <= layers:
+        raise DearError(f"recipe: {key} = {layer} is outside this backbone's layers 1..{layers}; "
+                        f"set train.recipes.<method>.{key} in range (or null)")
+    return layer
+
+
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """CE in fp32 whatever the logits' precision."""
+    return F.cross_entropy(logits.float(), labels)

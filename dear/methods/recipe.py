@@ -1,0 +1,363 @@
+"""Recipes as data: every value a training run uses, with where it comes from.
+
+A method's recipe file (`dear/methods/recipes/<name>.yaml`) holds its
+authors' values as layers, each naming the file of the authors' repository
+(or the paper, or us) it comes from:
+- `recipe`: the base-to-novel recipe, layer after layer (later wins);
+- `datasets`: per-dataset layers (MMRL's REG_WEIGHT, CoOp's ImageNet config);
+- `transfer`: the layers of the transfer source's run (all classes; MMRL's
+  cross-dataset config).
+`base: dassl` puts the shared Dassl layers (`dassl.yaml`: the trainer's keys
+and defaults) first; `inherit` takes listed keys of another recipe (DeAR takes
+MMRL's optimization, stated as our choice).
+
+A config changes them under `train.recipes`: `all` (every method that has
+the key) and one entry per recipe, each with plain keys, `datasets: {ds:
+{...}}` and `transfer: {...}`. `resolve` layers, for one run: the authors'
+defaults, their dataset layer, their transfer layer (when the run is the
+transfer source), then the same three of `all`, then of the method's entry.
+The result, a `Recipe`, is the one object the trainer reads; each value
+carries its source, and a value of ours remembers the authors' value it
+replaced. Nothing here imports torch: `dear recipe` answers in a second.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dear.errors import DearError
+
+FOLDER = Path(__file__).with_name("recipes")
+PROTOCOLS = ("base_to_novel", "transfer")  # a run on base classes, or the transfer source on all classes
+KINDS = ("authors", "paper", "ours")
+SHARED = "all"  # train.recipes.all: every recipe that has the key
+SECTIONS = ("datasets", "transfer")  # the non-value keys of an override block
+
+
+# --- keys and their types ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Key:
+    """One recipe key: its type (a small vocabulary, see `check`) and what it means."""
+
+    name: str
+    type: str  # int | float | str | bool, '?' suffix = may be null, 'float[2]', 'str[]', 'a|b|c' (choices)
+    help: str
+
+    def check(self, value: Any) -> str | None:
+        """None when `value` fits the type, else what was expected."""
+        kind = self.type
+        if value is None:
+            return None if kind.endswith("?") else f"{kind} (not null)"
+        kind = kind.removesuffix("?")
+        if kind.endswith("[]") or kind.endswith("[2]"):
+            item = Key(self.name, kind.split("[")[0], self.help)
+            if not isinstance(value, list) or (kind.endswith("[2]") and len(value) != 2):
+                return f"a list of {'2 ' if kind.endswith('[2]') else ''}{item.type}"
+            bad = [v for v in value if item.check(v) is not None or v is None]
+            return f"a list of {item.type}" if bad else None
+        if kind not in ("int", "float", "str", "bool"):  # choices
+            return None if value in kind.split("|") else f"one of {kind.replace('|', ' | ')}"
+        if kind == "float":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+                and abs(value) != float("inf")
+            return None if ok else "a finite number"
+        expected = {"int": int, "str": str, "bool": bool}[kind]
+        ok = isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
+        return None if ok else kind
+
+    def cast(self, value: Any) -> Any:
+        """Floats as floats (YAML's `7` for a float key), lists of floats likewise."""
+        kind = self.type.removesuffix("?")
+        if value is None:
+            return None
+        if kind == "float":
+            return float(value)
+        if kind == "float[2]":
+            return [float(v) for v in value]
+        return value
+
+
+# --- recipe files -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Layer:
+    source: str  # the file (repository@commit path) or text the values come from
+    kind: str  # authors | paper | ours
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RecipeFile:
+    """One `recipes/<name>.yaml`, with its base and inherited layers already in front."""
+
+    name: str
+    title: str
+    prompt: str  # how the method writes its text side (dear.methods.prompts.FORMS)
+    keys: dict[str, Key]  # every key the recipe has, in display order
+    recipe: tuple[Layer, ...]
+    datasets: dict[str, tuple[Layer, ...]]
+    transfer: tuple[Layer, ...]
+    trains: bool  # False: nothing learnable (zero-shot), no trainer keys
+
+    def layers(self, dataset: str, protocol: str) -> list[Layer]:
+        return [*self.recipe, *self.datasets.get(dataset, ()), *(self.transfer if protocol == "transfer" else ())]
+
+
+def _layers(raw: list, path: Path, keys: dict[str, Key]) -> tuple[Layer, ...]:
+    layers = []
+    for item in raw or []:
+        kind = item.get("kind", "authors")
+        unknown = sorted(set(item["values"]) - set(keys))
+        if kind not in KINDS or unknown:
+            raise DearError(f"{path}: layer from {item['source']!r}: "
+                            + (f"unknown keys {unknown}" if unknown else f"kind {kind!r} is not one of {KINDS}"))
+        for name, value in item["values"].items():
+            problem = keys[name].check(value)
+            if problem:
+                raise DearError(f"{path}: {name} = {value!r} from {item['source']!r} must be {problem}")
+        layers.append(Layer(item["source"], kind, {k: keys[k].cast(v) for k, v in item["values"].items()}))
+    return tuple(layers)
+
+
+@functools.lru_cache(maxsize=None)
+def load(name: str) -> RecipeFile:
+    """The recipe file `name` (cached: the files are part of the package)."""
+    path = FOLDER / f"{name}.yaml"
+    if not path.is_file():
+        raise DearError(f"{path}: no recipe file {name!r}; add it or fix the registry (dear/methods/__init__.py)")
+    raw = yaml.safe_load(path.read_text())
+    base = load(raw["base"]) if raw.get("base") else None
+    keys = dict(base.keys) if base else {}
+    keys.update({name: Key(name, spec["type"], spec["help"]) for name, spec in (raw.get("keys") or {}).items()})
+    front = list(base.recipe) if base else []
+    inherit = raw.get("inherit")
+    if inherit:
+        parent = load(inherit["recipe"])
+        wanted = set(inherit["keys"])
+        own = [id(layer) for layer in base.recipe] if base else []  # the shared base's layers stay the base's
+        front += _inherited([layer for layer in parent.recipe if id(layer) not in own], wanted, parent.name)
+        inherited_datasets = {ds: _inherited(layers, wanted, parent.name) for ds, layers in parent.datasets.items()}
+        inherited_transfer = _inherited(parent.transfer, wanted, parent.name)
+    else:
+        inherited_datasets, inherited_transfer = {}, ()
+    datasets = {ds: (*inherited_datasets.get(ds, ()), *_layers(layers, path, keys))
+                for ds, layers in (raw.get("datasets") or {}).items()}
+    datasets.update({ds: layers for ds, layers in inherited_datasets.items() if ds not in datasets})
+    return RecipeFile(name=name, title=raw["title"], prompt=raw["prompt"], keys=keys,
+                      recipe=(*front, *_layers(raw.get("recipe"), path, keys)), datasets=datasets,
+                      transfer=(*inherited_transfer, *_layers(raw.get("transfer"), path, keys)),
+                      trains=bool(base))
+
+
+def recipe_files(name: str) -> list[str]:
+    """`dear/methods/recipes/<name>.yaml` and the files its `base` and `inherit` read, in that order."""
+    raw = yaml.safe_load((FOLDER / f"{name}.yaml").read_text())
+    parents = [raw["base"]] if raw.get("base") else []
+    parents += [raw["inherit"]["recipe"]] if raw.get("inherit") else []
+    found = [f"dear/methods/recipes/{name}.yaml"]
+    for parent in parents:
+        found += [f for f in recipe_files(parent) if f not in found]
+    return found
+
+
+def _inherited(layers, wanted: set[str], parent: str) -> tuple[Layer, ...]:
+    """`layers` cut to the keys in `wanted`, restated as our choice of the parent's values."""
+    kept = []
+    for layer in layers:
+        values = {k: v for k, v in layer.values.items() if k in wanted}
+        if values:
+            kept.append(Layer(f"as {parent}: {layer.source}", "ours", values))
+    return tuple(kept)
+
+
+# --- resolution -------------------------------------------------------------------
+
+NOT_SET = object()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One resolved value and where it comes from."""
+
+    value: Any
+    source: str
+    kind: str  # authors | paper | ours
+    authors: Any = NOT_SET  # the authors' value that a value of ours replaced (NOT_SET: none, or the same)
+
+    @property
+    def differs(self) -> bool:
+        return self.authors is not NOT_SET
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The resolved recipe of one run: what the trainer and the model read, and nothing else changes."""
+
+    method: str
+    recipe: str  # the recipe file
+    dataset: str
+    protocol: str  # base_to_novel | transfer
+    settings: dict[str, Setting] = field(repr=False)
+    keys_read: tuple[str, ...] = ()  # the config's dotted keys that reached this run (its key-level dependencies)
+
+    def __getattr__(self, key: str) -> Any:
+        settings = self.__dict__.get("settings", {})
+        if key in settings:
+            return settings[key].value
+        raise AttributeError(f"recipe {self.recipe!r} has no key {key!r}")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.settings[key].value if key in self.settings else default
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return {key: setting.value for key, setting in self.settings.items()}
+
+    def sha256(self) -> str:
+        """Hash of the values (not their sources): equal values train equal models."""
+        return hashlib.sha256(json.dumps(self.values, sort_keys=True).encode()).hexdigest()
+
+    def to_dict(self) -> dict:
+        """JSON-able record (model.pt keeps it): values, their sources, and the authors' value where ours differs."""
+        return {"method": self.method, "recipe": self.recipe, "dataset": self.dataset, "protocol": self.protocol,
+                "settings": {key: {"value": s.value, "source": s.source, "kind": s.kind,
+                                   **({"authors": s.authors} if s.differs else {})}
+                             for key, s in self.settings.items()}}
+
+    def files(self) -> list[str]:
+        """The recipe files (relative to the package) this recipe is read from: its own, its base, what it inherits."""
+        return recipe_files(self.recipe)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Recipe":
+        settings = {key: Setting(s["value"], s["source"], s["kind"], s.get("authors", NOT_SET))
+                    for key, s in data["settings"].items()}
+        return cls(data["method"], data["recipe"], data["dataset"], data["protocol"], settings)
+
+
+def resolve(recipes: dict, method: str, dataset: str, protocol: str) -> Recipe:
+    """The recipe of `method` trained on `dataset` (`protocol`: base_to_novel | transfer).
+
+    `recipes` is the config's `train.recipes` mapping (already checked by `problems`).
+    """
+    from dear.methods import entry
+
+    if protocol not in PROTOCOLS:
+        raise DearError(f"protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
+    spec = load(entry(method).recipe)
+    settings: dict[str, Setting] = {}
+    for layer in spec.layers(dataset, protocol):
+        for key, value in layer.values.items():
+            settings[key] = Setting(value, layer.source, layer.kind)
+    authors = {key: s for key, s in settings.items()}
+    read = []
+    for where, block in _override_blocks(recipes, spec.name, dataset, protocol):
+        for key, value in block.items():
+            if key not in spec.keys:
+                continue  # an `all` key this recipe does not have
+            read.append(f"{where}.{key}")
+            known = authors.get(key)
+            value = spec.keys[key].cast(value)
+            if known is not None and known.value == value and known.kind != "ours":
+                settings[key] = known  # the config restates the authors' value: it stays theirs
+                continue
+            replaced = known.value if known is not None and known.kind != "ours" else NOT_SET
+            settings[key] = Setting(value, f"{where}.{key}", "ours", replaced)
+    missing = [key for key in spec.keys if key not in settings]
+    if missing:
+        raise DearError(f"{FOLDER / spec.name}.yaml: no value for {missing}; every key needs a default layer")
+    order = list(spec.keys)
+    return Recipe(method, spec.name, dataset, protocol, {key: settings[key] for key in order}, tuple(read))
+
+
+def _override_blocks(recipes: dict, name: str, dataset: str, protocol: str):
+    """(dotted params key, {key: value}) of the config's layers that apply to one run, in order."""
+    for owner in (SHARED, name):
+        block = recipes.get(owner) or {}
+        where = f"train.recipes.{owner}"
+        yield where, {k: v for k, v in block.items() if k not in SECTIONS}
+        datasets = block.get("datasets") or {}
+        if dataset in datasets:
+            yield f"{where}.datasets.{dataset}", datasets[dataset] or {}
+        if protocol == "transfer":
+            yield f"{where}.transfer", block.get("transfer") or {}
+
+
+def problems(recipes: Any) -> list[str]:
+    """Every problem of a config's `train.recipes` mapping, one line each naming the dotted key."""
+    from dear.methods import REGISTRY
+
+    if recipes is None:
+        return []
+    if not isinstance(recipes, dict):
+        return ["train.recipes: must be a mapping of recipe name to changes (e.g. {mmrl: {epochs: 4}})"]
+    known = sorted({entry.recipe for entry in REGISTRY.values()})
+    found = []
+    for owner, block in recipes.items():
+        where = f"train.recipes.{owner}"
+        if owner != SHARED and owner not in known:
+            found.append(f"{where}: no recipe named {owner!r}; use one of {', '.join([SHARED, *known])}")
+            continue
+        found += _block_problems(block, where, {name: load(name).keys for name in (known if owner == SHARED
+                                                                                  else [owner])}, top=True)
+    return found
+
+
+def _block_problems(block: Any, where: str, keys: dict[str, dict[str, Key]], top: bool) -> list[str]:
+    """Problems of one block of changes; `keys`: the keys of each recipe the block applies to."""
+    if block is None:
+        return []
+    if not isinstance(block, dict):
+        return [f"{where}: must be a mapping of recipe keys to values"]
+    found = []
+    for key, value in block.items():
+        if top and key == "datasets":
+            if not isinstance(value, dict):
+                found.append(f"{where}.datasets: must map dataset names to changes")
+                continue
+            for dataset, inner in value.items():
+                found += _block_problems(inner, f"{where}.datasets.{dataset}", keys, top=False)
+        elif top and key == "transfer":
+            found += _block_problems(value, f"{where}.transfer", keys, top=False)
+        else:
+            found += _value_problems(key, value, f"{where}.{key}", keys)
+    return found
+
+
+def _value_problems(key: str, value: Any, where: str, keys: dict[str, dict[str, Key]]) -> list[str]:
+    having = {name: recipe_keys[key] for name, recipe_keys in keys.items() if key in recipe_keys}
+    if not having:
+        every = {k for recipe_keys in keys.values() for k in recipe_keys}
+        return [f"{where}: unknown recipe key; remove it or fix its spelling" + _close(key, every)]
+    wrong = {}
+    for name, spec in having.items():
+        problem = spec.check(value)
+        if problem:
+            wrong.setdefault(problem, []).append(name)
+    hint = (" (YAML 1.1 reads exponents without a dot as text: write 1.0e-3, not 1e-3)"
+            if isinstance(value, str) and _numeric(value) else "")
+    return [f"{where}: must be {problem}{'' if len(having) == 1 else ' for ' + ', '.join(names)}, got {value!r}{hint}"
+            for problem, names in wrong.items()]
+
+
+def _close(key: str, keys: dict) -> str:
+    import difflib
+
+    match = difflib.get_close_matches(key, sorted(keys), n=1)
+    return f" (did you mean {match[0]}?)" if match else ""
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

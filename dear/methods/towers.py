@@ -1,0 +1,139 @@
+"""Prompt tokens in either tower at given layers: the shared block every method's forward uses.
+
+A method hands over its learnable tokens per layer; these functions put them
+into the sequence and run the frozen blocks (through `dear.model.internals`,
+the one module that touches open_clip):
+- text: tokens right after start-of-text. At the layer named `insert_at` the
+  sequence grows by n (MMRL, DeAR: the pooled end-of-text index moves by n);
+  at every other layer listed they replace positions 1..n (deep prompts of
+  MaPLe and PromptSRC, MMRL's later layers). CoOp's shallow context replaces
+  the token embeddings themselves, before any layer (`prompt_embeddings`).
+- image: tokens after the patches. At `append_at` the sequence grows by n;
+  at every other layer listed they replace the last n positions. A token
+  function may read the previous layer's output at those positions (DeAR's
+  beta composition).
+Layers are 1-based. Only the rows read after the last block are computed
+there (CLS and the tokens; each prompt's end-of-text row): keys and values
+still come from every position, so the numbers are those of the full block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from dear.model import internals as oc
+from dear.model.masks import fade_in
+
+TokenFn = Callable[[int, torch.Tensor | None], torch.Tensor]  # (layer, previous tokens [B, n, D] | None) -> [B|1, n, D]
+
+
+@dataclass
+class TextInput:
+    """Tokenized prompts of one class list, trimmed after the last end-of-text (never read under a causal mask)."""
+
+    tokens: torch.Tensor  # [C, T] ids
+    embeddings: torch.Tensor  # [C, T, D] token embeddings, no positions
+    pool: torch.Tensor  # [C] end-of-text index
+
+
+def text_input(clip, tokenizer, texts: list[str]) -> TextInput:
+    device = oc.text_positions(clip).device
+    tokens = tokenizer(texts).to(device)  # [C, T_max]
+    pool = oc.text_pool_index(clip, tokens)
+    tokens = tokens[:, : int(pool.max()) + 1]
+    with torch.no_grad():
+        embeddings = oc.text_token_embeddings(clip, tokens)
+    return TextInput(tokens, embeddings, pool)
+
+
+def with_positions(clip, embeddings: torch.Tensor) -> torch.Tensor:
+    """[..., T, D] token embeddings -> the input of text layer 1 (positions added, in the tower's dtype)."""
+    return (embeddings + oc.text_positions(clip)[: embeddings.shape[-2]]).to(oc.text_dtype(clip))
+
+
+def prompt_embeddings(embeddings: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    """CoOp's prompt: positions 1..M of [C, T, D] (or [B, C, T, D]) replaced by context [M, D] (or [B, M, D])."""
+    M = context.shape[-2]
+    context = context.to(embeddings.dtype)
+    if embeddings.dim() == 4 and context.dim() == 3:  # per image: [B, M, D] into [B, C, T, D]
+        context = context[:, None].expand(-1, embeddings.shape[1], -1, -1)
+    else:
+        context = context.expand(*embeddings.shape[:-2], M, -1)
+    return torch.cat([embeddings[..., :1, :], context, embeddings[..., 1 + M:, :]], -2)
+
+
+def run_text(clip, tower: oc.Tower, x: torch.Tensor, pool: torch.Tensor, first: int = 1,
+             tokens: dict[int, torch.Tensor] | None = None, insert_at: int | None = None,
+             fade: float = 1.0) -> torch.Tensor:
+    """Text layers `first`..L on x [C, T, D] -> normalized features [C, E].
+
+    tokens[l]: [n, D] or [C, n, D], the tokens after start-of-text entering layer l (see the module doc).
+    `fade` < 1 scales the other positions' reads of inserted tokens in their softmax (ours: the fade-in).
+    """
+    tokens = tokens or {}
+    n = 0
+    blocks = tower.blocks[first - 1:]
+    for i, block in enumerate(blocks):
+        layer = first + i
+        if layer in tokens:
+            new = tokens[layer].to(x.dtype).expand(x.shape[0], -1, -1)  # [C, n, D]
+            n = new.shape[1] if layer == insert_at else n
+            kept = x[:, 1:] if layer == insert_at else x[:, 1 + new.shape[1]:]
+            x = torch.cat([x[:, :1], new, kept], 1)
+        mask = oc.text_causal_mask(clip, x.shape[1]).to(x.device)
+        if insert_at is not None and n and fade < 1.0:
+            positions = torch.arange(x.shape[1], device=x.device)
+            mask = fade_in(mask, (positions >= 1) & (positions <= n), fade)
+        last = (pool + n)[:, None] if i == len(blocks) - 1 else None
+        x = oc.block_forward(block, x, mask, rows=last)  # last: [C, 1, D]
+    return F.normalize(oc.text_embedding(clip, x, torch.zeros_like(pool)), dim=-1)
+
+
+def run_image(tower: oc.Tower, x: torch.Tensor, first: int, tokens: TokenFn | None = None,
+              layers: range | None = None, append_at: int | None = None,
+              masks: dict[int, torch.Tensor] | None = None, fade: float = 1.0) -> torch.Tensor:
+    """Image layers `first`..L on x [B, 1+N(+n), D] -> the last block's CLS and token rows [B, 1+n, D].
+
+    `tokens(layer, previous)` gives the tokens entering each layer of `layers`; `masks[layer]`: [H, T, T].
+    """
+    layers = layers or range(0)
+    n = 0  # tokens at the end of x (the frozen prefix holds none: it stops before the first token layer)
+    blocks = tower.blocks[first - 1:]
+    read = None
+    for i, block in enumerate(blocks):
+        layer = first + i
+        if tokens is not None and layer in layers:
+            previous = x[:, x.shape[1] - n:] if layer != append_at and n else None
+            new = tokens(layer, previous).to(x.dtype).expand(x.shape[0], -1, -1)  # [B, n, D]
+            kept = x if layer == append_at else x[:, : x.shape[1] - new.shape[1]]
+            x = torch.cat([kept, new], 1)
+            n = new.shape[1]
+        mask = masks.get(layer) if masks else None
+        if n and fade < 1.0:
+            positions = torch.arange(x.shape[1], device=x.device)
+            mask = fade_in(mask, positions >= x.shape[1] - n, fade)
+        if i == len(blocks) - 1:
+            positions = torch.arange(x.shape[1], device=x.device)
+            read = positions[(positions == 0) | (positions >= x.shape[1] - n)]  # [1+n]
+        x = oc.block_forward(block, x, mask, rows=read)
+    return x
+
+
+
+@torch.no_grad()
+def text_hidden(tower: oc.Tower, x: torch.Tensor, upto: int, mask: torch.Tensor) -> torch.Tensor:
+    """The output [C, T, D] of text layers 1..`upto` (0: x itself): what precedes the first token layer."""
+    for block in tower.blocks[:upto]:
+        x = oc.block_forward(block, x, mask)
+    return x
+
+
+@torch.no_grad()
+def encode_texts(clip, tower: oc.Tower, tokenizer, texts: list[str]) -> torch.Tensor:
+    """The untouched model's normalized features [C, E] of hand-written prompts."""
+    prompt = text_input(clip, tokenizer, texts)
+    return run_text(clip, tower, with_positions(clip, prompt.embeddings), prompt.pool)
