@@ -1,7 +1,9 @@
-"""Progress of long loops: a bar on a terminal, and the place a stopped job reports (`dear.status`).
+"""Progress of long loops: a bar on stderr when it is a terminal, and the place a stopped job reports (`dear.status`).
 
-Off a terminal (a job's log, a benchmark's Markdown, a test) no bar is drawn:
-rich would print each finished bar as a line of its own there.
+Bars go to stderr, never stdout (rich's default console), so what a program
+prints on stdout (a benchmark's Markdown) holds no bar; off a terminal (a job's
+log, a pipe, a test) none is drawn, as rich would print each finished bar as a
+line of its own there.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Iterable, Iterator, TypeVar
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from dear import status
@@ -40,5 +43,5 @@ def _drawn(items: Iterable[T], description: str, total: int | None) -> Iterable[
 
 
 def _bar(items: Iterable[T], description: str, total: int | None, columns: tuple) -> Iterator[T]:
-    with Progress(*columns, transient=False) as progress:
+    with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
         yield from progress.track(items, total=total, description=description)
