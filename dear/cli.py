@@ -13,7 +13,6 @@ import gc
 import importlib
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -22,7 +21,7 @@ import click
 import typer
 import typer.core
 
-from dear import cpus, status, supervise
+from dear import cpus, status, stops, supervise
 from dear.check import check_file, stage_problems
 from dear.check import warnings as check_warnings
 from dear.errors import DearError
@@ -88,7 +87,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
     first seed's work starts (a read-only folder is found in seconds, not after
     a training run), and a `DearError` anywhere becomes one line on stderr and
     exit code 1. However the stage stops, its last line says why and where
-    (`_stopped`); run as the `dear` command, a parent process watches it and
+    (`dear.stops`); run as the `dear` command, a parent process watches it and
     writes that line when it is killed outright (`dear.supervise`).
     """
     from dear import io  # pyarrow: not for --help and --version
@@ -101,7 +100,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         logging_to_file = log is not None
         if _state.get("supervise"):
             supervise.supervise(lambda line: _print_errors(DearError(line), log))
-        _stop_on_signals()
+        stops.stop_on_signals()
         status.update(stage=name)
         use_params(params)  # messages name the file the user passed, not params.yaml
         loaded = load_params(params, sets or ())
@@ -126,68 +125,19 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
             raise
         _print_errors(err, log if logging_to_file else None)
         raise typer.Exit(code=1)
-    except (KeyboardInterrupt, Stopped) as stop:
-        _print_errors(DearError(_stopped(stop)), log if logging_to_file else None)
-        raise typer.Exit(code=128 + getattr(stop, "signum", signal.SIGINT))
+    except (KeyboardInterrupt, stops.Stopped) as stop:
+        _print_errors(DearError(stops.interrupted(stop)), log if logging_to_file else None)
+        raise typer.Exit(code=stops.exit_code(stop))
     except Exception as err:
         if _state["debug"]:
             raise
-        if not out_of_memory(err):
+        if not stops.out_of_memory(err):
             logging.getLogger("dear").exception("%s stopped on an unexpected error; the traceback:", name)
-        _print_errors(DearError(_failed(err)), log if logging_to_file else None)
+        _print_errors(DearError(stops.failed(err)), log if logging_to_file else None)
         raise typer.Exit(code=1)
     finally:
         io.record_overrides({})  # a later command in this process (tests) starts clean
         use_params(DEFAULT_PATH)
-
-
-class Stopped(BaseException):
-    """SIGTERM or SIGHUP reached the stage: stop like Ctrl-C (a scheduler's time limit, scancel, Snakemake stopping)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop_on_signals() -> None:
-    """SIGTERM and SIGHUP stop the stage once; a second one (a whole process group signalled, then the parent
-    handing its copy on) would break into the exit."""
-    def stop(signum: int, _frame) -> None:
-        for other in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(other, signal.SIG_IGN)
-        raise Stopped(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, stop)
-
-
-def _stopped(stop: BaseException) -> str:
-    """The last line of a stage stopped by Ctrl-C or a signal: where, and what a rerun does."""
-    if isinstance(stop, Stopped):
-        what = (f"stopped by {signal.Signals(stop.signum).name} (a scheduler's time limit, scancel, or the workflow "
-                "stopping)")
-    else:
-        what = "interrupted (Ctrl-C)"
-    return f"{what} after {status.elapsed()}, {status.where()}; {status.resume_hint()}"
-
-
-def out_of_memory(err: BaseException) -> bool:
-    """Python's MemoryError, or torch's failed allocation (CPU: "can't allocate memory", CUDA: OutOfMemoryError)."""
-    text = str(err).lower()
-    return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or (
-        isinstance(err, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))
-
-
-def _failed(err: Exception) -> str:
-    """The last line of a stage stopped by an exception that is not a DearError (bad input has its own line)."""
-    message = " ".join(str(err).split())[:300]
-    if out_of_memory(err):
-        limits = supervise.memory_limits()
-        memory = f"peak memory {status.peak_memory_gb():.2f} GB" + (f" (limits: {', '.join(limits)})" if limits else "")
-        return (f"out of memory after {status.elapsed()}, {status.where()} ({type(err).__name__}: {message}); "
-                f"{memory}; lower a batch size or give the job more memory; {status.resume_hint()}")
-    return (f"{type(err).__name__}: {message}, after {status.elapsed()}, {status.where()}; an error dear does not "
-            "expect (a bug, or a broken install): the traceback is above and in the log; please report it with them")
 
 
 def _import_stage(name: str):

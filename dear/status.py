@@ -1,4 +1,4 @@
-"""Where the running stage is, for the last line of a job that stopped.
+"""Where the running stage is and what memory it used, for the last line of a job that stopped (`dear.stops`).
 
 A stage reports its place as it goes: `dear.cli` the stage and the seed,
 `dear.progress.track` the loop and how far it got, the training checkpoint
@@ -7,7 +7,9 @@ memory, `where()` goes into the line that ends its log. A job killed outright
 (SIGKILL) runs no code any more, so the supervising parent (`dear.supervise`)
 writes that line instead; it reads the place from memory it shares with the
 stage (`share()`, before the fork), which the stage rewrites at each update
-(a few hundred bytes, microseconds: cheap next to a loop's item).
+(a few hundred bytes, microseconds: cheap next to a loop's item). The memory
+facts: the peak the kernel counted, the limits in force (the job's cgroup,
+`ulimit -v`) and how many processes the kernel's OOM killer ended.
 """
 
 from __future__ import annotations
@@ -84,3 +86,45 @@ def peak_memory_gb(children: bool = False) -> float:
     """Peak resident memory of this process (or of its waited-for children) in GB, as the kernel counted it."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF)
     return usage.ru_maxrss / 2**20  # KiB on Linux
+
+
+def memory_limits() -> list[str]:
+    """The memory limits this process runs under, where they are set: its cgroup's and its address space's."""
+    found = []
+    cgroup = _cgroup_file("memory.max", "memory.limit_in_bytes")
+    text = _read(cgroup) if cgroup else None
+    if text and text.isdigit() and int(text) < 2**60:
+        found.append(f"cgroup {int(text) / 2**30:.2f} GB")
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        found.append(f"address space (ulimit -v) {soft / 2**30:.2f} GB")
+    return found
+
+
+def oom_kills() -> int:
+    """How many processes the kernel's OOM killer has ended in this process's memory cgroup (0 if unknown)."""
+    events = _cgroup_file("memory.events", "memory.oom_control")
+    for line in (_read(events) or "").splitlines() if events else ():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def _cgroup_file(v2_name: str, v1_name: str) -> Path | None:
+    """A file of this process's memory cgroup: cgroup v2's unified tree, else v1's memory controller."""
+    for line in (_read(Path("/proc/self/cgroup")) or "").splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "" and (Path("/sys/fs/cgroup") / path.lstrip("/") / v2_name).is_file():
+            return Path("/sys/fs/cgroup") / path.lstrip("/") / v2_name
+        if "memory" in controllers.split(","):
+            candidate = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / v1_name
+            return candidate if candidate.is_file() else None
+    return None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
