@@ -138,6 +138,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
     finally:
         io.record_overrides({})  # a later command in this process (tests) starts clean
         use_params(DEFAULT_PATH)
+        cpus.release()
 
 
 def _import_stage(name: str):

@@ -39,6 +39,8 @@ class Budget:
 
 
 _budget: Budget | None = None  # this process's, once `apply` ran (None: a stage called directly, e.g. by a test)
+_saved_env: dict[str, str | None] = {}  # the variables `apply` replaced, for `release`
+_saved_threads: list[int] = []  # torch's thread count before `apply`
 
 
 def wanted(config: dict, stage: str) -> int:
@@ -88,8 +90,10 @@ def apply(found: Budget, stage: str) -> None:
     global _budget
     _budget = found
     for name in ENV:
+        _saved_env.setdefault(name, os.environ.get(name))
         os.environ[name] = str(found.threads)  # worker processes and libraries loaded from now on
     if "torch" in sys.modules:
+        _saved_threads[:] = [sys.modules["torch"].get_num_threads()]
         sys.modules["torch"].set_num_threads(found.threads)
     from threadpoolctl import threadpool_limits
 
@@ -100,6 +104,20 @@ def apply(found: Budget, stage: str) -> None:
         log.warning("backbone.threads is %d but this job was given %d CPU(s): pretraining runs %d threads anyway, "
                     "since the weights depend on the thread count (set backbone.threads to change them)",
                     found.threads, found.cpus, found.threads)
+
+
+def release() -> None:
+    """The stage is over: no budget, the environment as before (a later command in this process, a test's)."""
+    global _budget
+    _budget = None
+    for name, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    _saved_env.clear()
+    if _saved_threads:
+        sys.modules["torch"].set_num_threads(_saved_threads.pop())
 
 
 def processes(configured: int) -> int:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from dear import cpus
@@ -80,10 +82,12 @@ def test_the_backbone_keeps_its_thread_count_and_says_so_when_given_fewer(monkey
         with caplog.at_level("WARNING", logger="dear.cpus"):
             cpus.apply(found, "backbone")
         assert "backbone.threads is 2 but this job was given 1 CPU(s)" in caplog.text
-        assert cpus.processes(4) == 0
+        assert cpus.processes(4) == 0 and os.environ["OMP_NUM_THREADS"] == "2"
+        assert torch.get_num_threads() == 2
     finally:
-        cpus.apply(cpus.Budget(1, 1, 0, "test"), "test")
-        cpus._budget = None
+        cpus.release()
+    assert os.environ["OMP_NUM_THREADS"] == "1" and cpus.processes(4) == 4  # as before the stage
+    assert torch.get_num_threads() == 1
 
 
 def _rule_threads(project: Path) -> dict[str, int]:
