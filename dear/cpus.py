@@ -36,6 +36,7 @@ class Budget:
     threads: int  # torch and BLAS threads of the stage's own process
     processes: int  # worker processes it may start besides (image loading or checking)
     source: str  # where `cpus` came from
+    asked: int = 0  # worker processes the config asks for
 
 
 _budget: Budget | None = None  # this process's, once `apply` ran (None: a stage called directly, e.g. by a test)
@@ -76,12 +77,12 @@ def budget(params, stage: str, option: int | None = None) -> Budget:
         asked = wanted(params.model_dump(include={"data", "backbone", "compute"}), stage)
         cpus, source = min(asked, available()), "the config (default)"
     if stage == "prepare":  # the main process waits while the checkers work
-        return Budget(cpus, 1, min(params.data.workers, cpus), source)
+        return Budget(cpus, 1, min(params.data.workers, cpus), source, params.data.workers)
     if stage == "backbone":
         return Budget(cpus, params.backbone.threads, 0, source)
     if stage in MODEL_STAGES:
         processes = min(params.compute.workers, cpus - 1)
-        return Budget(cpus, cpus - processes, processes, source)
+        return Budget(cpus, cpus - processes, processes, source, params.compute.workers)
     return Budget(cpus, cpus, 0, source)
 
 
@@ -99,7 +100,10 @@ def apply(found: Budget, stage: str) -> None:
 
     threadpool_limits(limits=found.threads)  # numpy's OpenBLAS and any OpenMP already loaded
     extra = f" + {found.processes} worker process(es)" if found.processes else ""
-    log.info("%s: %d thread(s)%s, of %d CPU(s) from %s", stage, found.threads, extra, found.cpus, found.source)
+    log.debug("%s: %d thread(s)%s, of %d CPU(s) from %s", stage, found.threads, extra, found.cpus, found.source)
+    if found.processes < found.asked:
+        log.warning("%s: %d worker process(es) instead of the config's %d: this job has %d CPU(s) (from %s)", stage,
+                    found.processes, found.asked, found.cpus, found.source)
     if stage == "backbone" and found.threads > found.cpus:
         log.warning("backbone.threads is %d but this job was given %d CPU(s): pretraining runs %d threads anyway, "
                     "since the weights depend on the thread count (set backbone.threads to change them)",

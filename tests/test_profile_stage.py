@@ -129,7 +129,7 @@ def test_the_same_roles_on_one_and_on_two_threads(world, monkeypatch):
                                               "--backbone", str(world / "backbone"), "--manifest",
                                               str(world / "manifest.parquet"), "--out", str(world / f"threads{threads}")])
             assert result.exit_code == 0, result.output
-            assert f"profile: {threads} thread(s), of {threads} CPU(s) from dear --threads" in result.stderr
+            assert f"profiling on cpu, fp32, {threads} threads" in result.stderr
     finally:
         torch.set_num_threads(1)
     compare_roles(world, "threads1", f"threads{MANY}", rtol=1e-6)

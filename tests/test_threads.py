@@ -125,3 +125,15 @@ def test_benchmark_of_oversubscription_runs_its_scenarios():
     assert out.returncode == 0, out.stderr[-2000:]
     times = yaml.safe_load(out.stdout.strip().splitlines()[-1])
     assert len(times) == 1 and times[0] > 0
+
+
+def test_fewer_worker_processes_than_the_config_asks_for_is_a_warning(monkeypatch, caplog):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    found = cpus.budget(params(compute__workers=8), "evaluate")
+    try:
+        with caplog.at_level("WARNING", logger="dear.cpus"):
+            cpus.apply(found, "evaluate")
+        assert "evaluate: 1 worker process(es) instead of the config's 8: this job has 2 CPU(s) (from OMP_NUM_THREADS)" \
+            in caplog.text
+    finally:
+        cpus.release()
