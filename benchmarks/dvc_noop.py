@@ -1,4 +1,4 @@
-"""No-op `dvc repro` of the demo's pipeline (its stages, the demo world's 8,150 images) against plain baselines.
+"""No-op `dvc repro` of the demo's pipeline (every stage and world image of `make demo`) against plain baselines.
 
     python benchmarks/dvc_noop.py                     # builds the tree (~6 min on 2 cores), then times
     python benchmarks/dvc_noop.py --tree /tmp/noop    # keep the built tree there, reuse it next time

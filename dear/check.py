@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Sequence
@@ -33,6 +34,7 @@ from typing import Callable, Sequence
 from pydantic import BaseModel, ValidationError
 
 from dear import strict_yaml
+from dear.cpus import available as available_cpus
 from dear.data import coop
 from dear.data import world as world_data
 from dear.errors import DearError, Problems
@@ -182,16 +184,16 @@ def split_size(params: Params, dataset: str, split: str) -> int | None:
         return None  # `dear prepare` names a broken split file
 
 
-def _world_split_size(world, dataset: str, split: str) -> int | None:
+def _world_split_size(world, dataset: str, split: str, per_class: bool = False) -> int | None:
     index = world_data.SPLITS.index(split)
     classes = {"world_objects": world.n_objects, "world_objects_sketch": world.n_objects,
                "world_objects_b": world.n_objects_b, "world_objects_rare": world.n_objects_rare,
                "world_colors": len(world.colors),
                "world_textures": len(world.textures), "world_shapes": len(world.shapes),
                "world_positions": world.grid * world.grid}
-    per_class = {"world_objects_sketch": world.sketch_split}.get(
+    each = {"world_objects_sketch": world.sketch_split}.get(
         dataset, world.objects_split if dataset.startswith("world_objects") else world.attribute_split)
-    return classes[dataset] * per_class[index] if dataset in classes else None
+    return None if dataset not in classes else each[index] if per_class else classes[dataset] * each[index]
 
 
 # --- world, model, weights, device ---------------------------------------------------
@@ -390,4 +392,40 @@ CHECKS: tuple[Check, ...] = (
           stages=("profile",)),
     Check(train, ("train", "model", "study"), "train.recipes and every training job's recipe", stages=("train",)),
 )
+
+# --- warnings: what runs, but not as the config reads -------------------------------
+
+def warnings(params: Params, params_file: str) -> list[str]:
+    """Fewer training images than data.shots in a class; more worker processes than this machine's CPUs."""
+    found = []
+    trained_on = dict.fromkeys(dataset for _, dataset, _ in training_jobs(params))  # targets draw no shots
+    for name in trained_on:
+        fewest = _fewest_train_images(params, name)
+        if fewest is not None and fewest < params.data.shots:
+            found.append(f"data.shots: {params.data.shots}, but a class of {name} has only {fewest} training images: "
+                         "it gets fewer shots (the report states the shots used); lower data.shots to compare "
+                         "at equal shots")
+    cpus = available_cpus()
+    for key, workers, needed, what in (
+            ("compute.workers", params.compute.workers, 1 + params.compute.workers, "image-loading processes"),
+            ("data.workers", params.data.workers, params.data.workers, "image-checking processes of prepare")):
+        if needed > cpus:
+            found.append(f"{key}: {workers} {what} need {needed} CPUs, but this machine has {cpus}: a job never uses "
+                         f"more CPUs than it has, so fewer start here; lower {key} (or keep it for nodes with more CPUs)")
+    return found
+
+
+def _fewest_train_images(params: Params, dataset: str) -> int | None:
+    """Training images of the smallest class, when cheap to know (world params, CoOp split JSON); else None."""
+    if params.data.source == "embedded":
+        return _world_split_size(params.world, dataset, "train", per_class=True)
+    spec = coop.SPECS.get(dataset)
+    path = spec.dataset_dir(Path(params.data.root)) / spec.split_file if spec else None
+    if spec is None or spec.test_only or spec.reader is not coop.read_split_json or not path.is_file():
+        return None
+    try:
+        labels = [item[1] for item in json.loads(path.read_text()).get("train", [])]
+    except (OSError, json.JSONDecodeError, AttributeError, IndexError, TypeError):
+        return None  # `dear prepare` names a broken split file
+    return min(Counter(labels).values()) if labels else None
 

@@ -18,12 +18,17 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+import click
 import typer
+import typer.core
 
+from dear import cpus, status, stops, supervise
 from dear.check import check_file, stage_problems
+from dear.check import warnings as check_warnings
 from dear.errors import DearError
 from dear.methods import names as method_names
 from dear.params import DEFAULT_PATH, load_params, parse_overrides
+from dear.params import use as use_params
 
 app = typer.Typer(
     name="dear",
@@ -31,9 +36,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: typer 0.29's panels show every flag as `--debug <bool>`
 )
 
-_state = {"debug": False}
+_state = {"debug": False, "threads": None, "supervise": False}
 
 ParamsOption = typer.Option(DEFAULT_PATH, "--params", help="parameters file (one section per stage)")
 LogOption = typer.Option(None, "--log", help="also write this stage's log to this file")
@@ -58,10 +64,17 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _main(
     debug: bool = typer.Option(False, "--debug", help="show tracebacks for errors"),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", min=1, metavar="N",
+        help="CPUs the stage may use: torch threads plus image-loading processes. Default: OMP_NUM_THREADS when set "
+             "(Snakemake sets it to each rule's threads), else what the config asks for: 1 + compute.workers for "
+             "profile, train, fuse and evaluate; data.workers for prepare; backbone.threads for backbone; 1 for the "
+             "rest (docs/compute.md)"),
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="print the version and exit"),
 ) -> None:
     _state["debug"] = debug
+    _state["threads"] = threads
 
 
 def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional[Path], inputs: dict, outputs: dict,
@@ -74,7 +87,9 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
     (heavy) imports, every output location of every seed is checked before the
     first seed's work starts (a read-only folder is found in seconds, not after
     a training run), and a `DearError` anywhere becomes one line on stderr and
-    exit code 1.
+    exit code 1. However the stage stops, its last line says why and where
+    (`dear.stops`); run as the `dear` command, a parent process watches it and
+    writes that line when it is killed outright (`dear.supervise`).
     """
     from dear import io  # pyarrow: not for --help and --version
 
@@ -84,12 +99,18 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         _check_log_outside(log, outputs.get("folder"))
         _configure_logging(log)
         logging_to_file = log is not None
+        if _state.get("supervise"):
+            supervise.supervise(lambda line: _print_errors(DearError(line), log))
+        stops.stop_on_signals()
+        status.update(stage=name)
+        use_params(params)  # messages name the file the user passed, not params.yaml
         loaded = load_params(params, sets or ())
         io.record_overrides(parse_overrides(sets or ()))
         stage_problems(loaded, name, str(params))  # every problem of this stage's params, before torch loads
         io.record_job(job_record(name, loaded, inputs))
         runs = seed_runs(inputs, outputs, seeds, loaded.data.seeds)
         stage = _import_stage(name)
+        cpus.apply(cpus.budget(loaded, name, _state.get("threads")), name)
         from dear.io import check_outputs
 
         from dear.runrecord import benchmarked
@@ -100,6 +121,8 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
             for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
                 if len(runs) > 1:
                     logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
+                status.update(seed=None if seed is None else f"{seed}" + (f" ({index} of {len(runs)})" if len(runs) > 1 else ""),
+                              step=None, checkpoint=None, checkpoint_file=None)
                 stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
             _write_digests(name, outputs)
     except DearError as err:
@@ -107,9 +130,21 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
             raise
         _print_errors(err, log if logging_to_file else None)
         raise typer.Exit(code=1)
+    except (KeyboardInterrupt, stops.Stopped) as stop:
+        _print_errors(DearError(stops.interrupted(stop)), log if logging_to_file else None)
+        raise typer.Exit(code=stops.exit_code(stop))
+    except Exception as err:
+        if _state["debug"]:
+            raise
+        if not stops.out_of_memory(err):
+            logging.getLogger("dear").exception("%s stopped on an unexpected error; the traceback:", name)
+        _print_errors(DearError(stops.failed(err)), log if logging_to_file else None)
+        raise typer.Exit(code=1)
     finally:
         io.record_overrides({})  # a later command in this process (tests) starts clean
         io.record_job({})
+        use_params(DEFAULT_PATH)
+        cpus.release()
 
 
 def job_record(stage: str, params, inputs: dict) -> dict:
@@ -264,7 +299,10 @@ def world(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Draw the embedded emoji world: every embedded dataset in CoOp's layout, with true attributes."""
+    """Draw the embedded emoji world in CoOp's layout.
+
+    Every embedded dataset of the `world:` section, with each image's true attributes.
+    """
     _run_stage("world", params, overrides, log, inputs=dict(), outputs=dict(folder=out))
 
 
@@ -276,7 +314,10 @@ def backbone(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Make the CLIP backbone (train the embedded one, or load real weights) and its card with zero-shot sanity metrics."""
+    """Make the CLIP backbone: train it here or load weights.
+
+    The card holds the weights' sha256 and zero-shot sanity metrics on the world.
+    """
     _run_stage("backbone", params, overrides, log, inputs=dict(world=world), outputs=dict(folder=out))
 
 
@@ -288,7 +329,10 @@ def prepare(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Index a dataset in CoOp's layout: manifest and one few-shot table per seed."""
+    """Index a dataset: manifest and a few-shot table per seed.
+
+    Reads <data.root>/<dataset> in CoOp's layout and checks its images as data.verify asks.
+    """
     _run_stage("prepare", params, overrides, log, inputs=dict(dataset=dataset), outputs=dict(folder=out))
 
 
@@ -301,7 +345,10 @@ def profile(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Profile the image encoder's heads: per-head TextSpan texts, Concept Entropy and roles."""
+    """Give each image head its concepts and a role.
+
+    Per-head TextSpan texts, Concept Entropy and roles of the last profile.layers layers.
+    """
     _run_stage("profile", params, overrides, log, inputs=dict(backbone=backbone, manifest=manifest), outputs=dict(folder=out))
 
 
@@ -323,7 +370,10 @@ def train(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Train one method on one dataset's few-shot training shots, once per seed (resumes from its checkpoint)."""
+    """Train one method on a dataset's few-shot shots, every seed.
+
+    Each seed resumes from its checkpoint when one is there.
+    """
     _run_stage("train", params, overrides, log,
                inputs=dict(method=method, dataset=dataset, seed=None, backbone=backbone, fewshot=fewshot, roles=roles,
                            classes=classes),
@@ -343,7 +393,10 @@ def fuse(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Refit the fusion weights alpha on validation shots, network frozen."""
+    """Refit the fusion weights on validation shots.
+
+    The network stays frozen; only alpha is fitted.
+    """
     _run_stage("fuse", params, overrides, log, inputs=dict(model=model, backbone=backbone, roles=roles, fewshot=fewshot,
                                                 manifest=fewshot.parent / "manifest.parquet", classes=_classes(classes)),
                outputs=dict(fusion=out), seeds=seed)
@@ -364,7 +417,10 @@ def evaluate(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Score a trained model: per-class correct/total counts for the paper's protocols."""
+    """Score a trained model: per-class counts for each protocol.
+
+    Correct/total counts per class for base-to-novel or the transfer protocols of study.*.
+    """
     _run_stage("evaluate", params, overrides, log, inputs=dict(model=model, fusion=fusion, backbone=backbone, roles=roles,
                                                     source=source, classes=_classes(classes), data=data),
                outputs=dict(folder=out), seeds=seed)
@@ -381,8 +437,21 @@ REPORT_LISTS = {"--evals": "evals", "--train-logs": "train_logs", "--roles": "ro
                 "--benchmarks": "benchmarks"}
 
 
+class _FileListsCommand(typer.core.TyperCommand):
+    """A command whose list options take every path up to the next option (`--evals a b c --roles d`).
+
+    Click options take one value each, so the lists are taken out of the
+    arguments before click parses the rest (into `ctx.meta["file_lists"]`);
+    their options stay declared, so `--help` lists them with the others.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["file_lists"], rest = _file_lists(args, REPORT_LISTS)
+        return super().parse_args(ctx, rest)
+
+
 @app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    cls=_FileListsCommand,
     epilog="File lists: --evals EVAL.parquet... (required), --train-logs TRAIN_LOG.parquet..., "
            "--roles roles/<dataset>/heatmap.png..., --models MODEL.pt... (the record of the run), "
            "--benchmarks LOGS_FOLDER (its *.benchmark.tsv: each job's time and memory). Each list takes every path "
@@ -391,41 +460,54 @@ REPORT_LISTS = {"--evals": "evals", "--train-logs": "train_logs", "--roles": "ro
 def report(
     ctx: typer.Context,
     out: Path = typer.Option(..., help="output folder: results.md/csv, metrics.json, pictures, plots/"),
+    evals: Optional[List[Path]] = typer.Option(
+        None, "--evals", metavar="EVAL.parquet...",
+        help="(required) eval tables of `dear evaluate`; takes every path up to the next option, so shell globs "
+             "work: --evals runs/*/*/eval/seed*/eval.parquet"),
+    train_logs: Optional[List[Path]] = typer.Option(
+        None, "--train-logs", metavar="TRAIN_LOG.parquet...", help="train logs of `dear train` (loss curves), as --evals"),
+    roles: Optional[List[Path]] = typer.Option(
+        None, "--roles", metavar="HEATMAP.png...", help="roles/<dataset>/heatmap.png of `dear profile`, as --evals"),
     params: Path = ParamsOption,
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Aggregate eval tables into the paper's tables, pictures and DVC metrics."""
-    try:
-        lists = _file_lists(ctx.args, REPORT_LISTS)
-    except DearError as err:
-        typer.echo(f"error: {err}; see dear report --help", err=True)
-        raise typer.Exit(code=2)
-    _run_stage("report", params, overrides, log, inputs=lists, outputs=dict(folder=out))
+    """Aggregate eval tables into the paper's tables and pictures.
+
+    Also writes DVC metrics and plots (docs/report.md).
+    """
+    _run_stage("report", params, overrides, log, inputs=ctx.meta["file_lists"], outputs=dict(folder=out))
 
 
-def _file_lists(args: list[str], flags: dict[str, str]) -> dict[str, list[Path]]:
-    """Split extra arguments `--flag a b c --other d` into {name: [paths]} (greedy, order kept).
+def _file_lists(args: list[str], flags: dict[str, str]) -> tuple[dict[str, list[Path]], list[str]]:
+    """({name: [paths]} of every `--flag a b c` in `args`, the other arguments), greedy, order kept.
 
-    Click options take one value each; these lists take every path up to the
-    next option, so a shell glob (or Snakemake's `{input.evals}`) can follow them.
+    A list takes every argument up to the next one starting with `-`, so a
+    shell glob (or Snakemake's `{input.evals}`) can follow its flag; click
+    parses the other arguments (and names what it does not know).
     """
     lists: dict[str, list[Path]] = {name: [] for name in flags.values()}
+    rest: list[str] = []
     current = None
     for token in args:
-        flag, _, value = token.partition("=") if token.startswith("--") else (None, "", token)
-        if flag is not None:
-            if flag not in flags:
-                raise DearError(f"no such option: {flag}")
-            current = flags[flag]
-            if not value:
-                continue
-        if current is None:
-            raise DearError(f"unexpected argument {token!r}; put files after {', '.join(flags)}")
-        if any(char in value for char in "*?[") and not Path(value).exists():
-            continue  # a shell glob that matched nothing: no file of that kind (a protocol that is off)
-        lists[current].append(Path(value))
-    return lists
+        if token.startswith("-"):
+            flag, _, value = token.partition("=")
+            current = flags.get(flag)
+            if current is None:
+                rest.append(token)
+            elif value:
+                _add(lists[current], value)
+        elif current is not None:
+            _add(lists[current], token)
+        else:
+            rest.append(token)
+    return lists, rest
+
+
+def _add(paths: list[Path], value: str) -> None:
+    """Append a path; a shell glob that matched nothing names no file of that kind (a protocol that is off)."""
+    if not (any(char in value for char in "*?[") and not Path(value).exists()):
+        paths.append(Path(value))
 
 
 # --- utilities, after the stages in --help -----------------------------------------
@@ -445,6 +527,8 @@ def check(
     made otherwise than the config says is named with the keys that differ (docs/engines.md).
     """
     loaded, found = check_file(params, overrides or ())
+    for line in check_warnings(loaded, str(params)) if loaded is not None else ():
+        typer.echo(f"warning: {line}", err=True)
     for finding in found:
         typer.echo(f"{'error' if finding.is_problem else 'note'}: {finding.text}", err=True)
     problems = sum(finding.is_problem for finding in found)
@@ -526,7 +610,9 @@ def recipe(
     as_json: bool = typer.Option(False, "--json", help="print JSON (one object per job) for scripts"),
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Show the resolved recipe of every training job of a config: each value and its source, and the prompts."""
+    """Show each training job's recipe: values and their sources.
+
+    The resolved recipe of every training job of a config: each value and its source, and the prompts."""
     from dear.methods import show
 
     try:
@@ -542,7 +628,9 @@ def recipe(
 
 @app.command("fetch-weights")
 def fetch_weights(params: Path = ParamsOption) -> None:
-    """Download the configured open_clip weights (model.arch + model.pretrained) into model.cache_dir.
+    """Download the configured open_clip weights (needs network).
+
+    model.arch + model.pretrained, into model.cache_dir.
 
     The one command that uses the network: run it where there is some (a cluster's login node);
     stages on compute nodes then read the cache offline.
@@ -565,6 +653,8 @@ def fetch_weights(params: Path = ParamsOption) -> None:
 
 
 def main() -> None:
+    """The `dear` command: a stage runs watched by a parent that reports its death by a signal (dear.supervise)."""
+    _state["supervise"] = True
     app()
 
 

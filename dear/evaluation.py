@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
+from dear import cpus
 from dear import device as devices
 from dear.data.manifest import check_images_exist, read_rgb, select
 from dear.data.manifest import classnames as manifest_classnames
@@ -128,7 +129,7 @@ def _frozen_blocks(model, images: ImageSet, transform, batch_size: int, workers:
     """The frozen blocks' output [B, 1+N, D] per batch of images, decoded by `workers` processes."""
     device = model.device
     loader = torch.utils.data.DataLoader(_Images(images.paths, transform), batch_size=batch_size,
-                                         num_workers=workers, pin_memory=device.type == "cuda")
+                                         num_workers=cpus.processes(workers), pin_memory=device.type == "cuda")
     for pixels in track(from_workers(loader), description, total=len(loader)):
         with precision.autocast(training=False):
             yield model.image_prefix(pixels.to(device, non_blocking=True))

@@ -25,6 +25,16 @@ from dear import strict_yaml
 from dear.errors import DearError
 
 DEFAULT_PATH = "params.yaml"
+_in_use = [DEFAULT_PATH]  # the params file of this process's stage: what its messages ask to edit
+
+
+def in_use() -> str:
+    """The params file the running stage read (`dear.cli` sets it: --params); params.yaml elsewhere."""
+    return _in_use[0]
+
+
+def use(path: str | Path) -> None:
+    _in_use[0] = str(path)
 
 
 class Section(BaseModel):

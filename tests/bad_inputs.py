@@ -175,6 +175,15 @@ PARAMS = [
     params_case("seeds-repeated", "prepare", "data.seeds: [1, 1]", _data("seeds", [1, 1]), ["data.seeds", "twice"]),
     params_case("seed-negative", "prepare", "data.seeds: [-1]", _data("seeds", [-1]), ["data.seeds.0", "greater than"]),
     params_case("seeds-empty", "prepare", "data.seeds: []", _data("seeds", []), ["data.seeds", "at least 1"]),
+    Case("yaml-syntax", "prepare", "params.yaml with a key that lost its colon (`  shots 2`)",
+         ["params.yaml: not valid YAML at line", "column", "could not find expected ':'", "fix the syntax"],
+         lambda i: with_params(stage_args("prepare", i, "out")),
+         setup=lambda i, here, patch: (here / "params.yaml").write_text(
+             i.params.read_text().replace("  shots: 2", "  shots 2", 1)) and None),
+    Case("other-params-file", "prepare", "--params other.yaml whose data.root does not exist",
+         ["nowhere: data.root not found", "set data.root in other.yaml"],
+         lambda i: with_params(stage_args("prepare", i, "out"), "other.yaml"),
+         setup=lambda i, here, patch: params_with(i, here, _data("root", "nowhere")).rename(here / "other.yaml") and None),
 ]
 
 
@@ -376,7 +385,8 @@ IMAGES = [
          ["test image(s) not found", "gone.png"], _evaluate_on("data/world_objects"),
          setup=lambda i, here, patch: _source_with(i, here, "gone.png", None)),
     Case("undecodable-test-image-evaluate", "evaluate", "a test image is not an image (truncated or garbage)",
-         ["bad.png: not a readable image"], _evaluate_on("data/world_objects"),
+         ["bad.png: not a readable image", "set data.verify: decode and data.skip_bad: true"],
+         _evaluate_on("data/world_objects"),
          setup=lambda i, here, patch: _source_with(i, here, "bad.png", b"\x89PNG\r\n\x1a\n truncated")),
     Case("missing-world-image-backbone", "backbone", "a world test image is gone (found before pretraining)",
          ["world test image(s) not found"],

@@ -80,6 +80,29 @@ def test_dataset_folders_and_the_profiled_split_size_are_checked(tmp_path):
     assert check_file(edit(params, data={"datasets": ["oxford_pets"]}, profile={"svd_rank": 11}))[1] == []
 
 
+def test_fewer_shots_than_asked_and_more_workers_than_cpus_are_warnings(tmp_path, monkeypatch):
+    """Warned, not refused: the run works, just not as the config reads (shots of the trained sets only)."""
+    import dear.check
+
+    make_fake_dataset(tmp_path / "data", "oxford_pets", n_classes=4, per_class=3)
+    params = edit(write_params(tmp_path / "params.yaml", root=tmp_path / "data", datasets=["oxford_pets"], shots=16),
+                  data={"source": "coop", "workers": 2}, compute={"workers": 8}, profile={"svd_rank": 8, "texts_per_head": 5})
+    monkeypatch.setattr(dear.check, "available_cpus", lambda: 2)
+    result = CliRunner().invoke(app, ["check", "--params", str(params)])
+    assert result.exit_code == 0 and errors(result) == [], result.stderr
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warned == [
+        "warning: data.shots: 16, but a class of oxford_pets has only 3 training images: it gets fewer shots "
+        "(the report states the shots used); lower data.shots to compare at equal shots",
+        "warning: compute.workers: 8 image-loading processes need 9 CPUs, but this machine has 2: a job never uses "
+        "more CPUs than it has, so fewer start here; lower compute.workers (or keep it for nodes with more CPUs)"]
+    quiet = edit(params, data={"shots": 3}, compute={"workers": 1})
+    assert "warning:" not in CliRunner().invoke(app, ["check", "--params", str(quiet)]).stderr
+    world = tiny_study.write(tmp_path / "tiny.yaml")  # the world's own split sizes: 4 train images per class
+    assert dear.check.warnings(check_file(edit(world, data={"shots": 5}))[0], "tiny.yaml")[0].startswith(
+        "data.shots: 5, but a class of world_objects has only 4 training images")
+
+
 def test_all_validation_problems_are_listed(tmp_path):
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["compute"]["device"] = "gpu"

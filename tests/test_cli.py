@@ -21,13 +21,22 @@ def test_version():
     assert result.output.strip() == f"dear {version('dear')}"
 
 
-def test_help_lists_the_stages_in_pipeline_order():
-    output = CliRunner().invoke(app, ["--help"], terminal_width=200).output
-    listed = [name for name in re.findall(r"^│ (\w[\w-]*) ", output, flags=re.M) if name in PIPELINE]
-    assert listed == PIPELINE
-    utilities = [name for name in re.findall(r"^│ (\w[\w-]*) ", output, flags=re.M) if name not in PIPELINE]
-    commands = re.findall(r"^│ (\w[\w-]*) ", output, flags=re.M)
-    assert all(commands.index(name) > commands.index("report") for name in utilities), "utilities come after report"
+def test_help_lists_the_stages_in_pipeline_order_each_on_one_whole_line():
+    output = CliRunner().invoke(app, ["--help"]).output  # 80 columns
+    commands = re.findall(r"^  (\w[\w-]*) ", output.partition("Commands:")[2], flags=re.M)
+    assert [name for name in commands if name in PIPELINE] == PIPELINE
+    utilities = [name for name in commands if name not in PIPELINE]
+    assert utilities and all(commands.index(name) > commands.index("report") for name in utilities), "utilities last"
+    assert "..." not in output.partition("Commands:")[2], "a command's one-line help is cut at 80 columns"
+
+
+def test_flags_show_no_value_and_report_lists_its_file_options():
+    """Boolean options read `--debug`, not `--debug <bool>`; the report's greedy lists are in its --help proper."""
+    main = CliRunner().invoke(app, ["--help"]).output
+    assert re.search(r"^  --debug +show tracebacks", main, flags=re.M) and "<bool>" not in main
+    report = CliRunner().invoke(app, ["report", "--help"], terminal_width=200).output
+    for option in ("--evals EVAL.parquet...", "--train-logs TRAIN_LOG.parquet...", "--roles HEATMAP.png..."):
+        assert option in report.partition("Options:")[2], option
 
 
 def test_a_stage_import_leaves_the_garbage_collector_on():

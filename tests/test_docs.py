@@ -302,3 +302,19 @@ def test_a_marker_inside_fenced_code_is_an_example_not_a_block(tmp_path):
     (tmp_path / "README.md").write_text(text)
     assert blocks.stale(tmp_path, lambda spec: "written") == []
     assert blocks.refresh(tmp_path, lambda spec: "written") == []
+
+
+WORDS = {"eight": 8, "fifteen": 15}
+
+
+def test_counts_the_pages_spell_out_are_the_code_s():
+    """'the eight stages', 'the fifteen datasets': tied to dear/stages and to the CoOp datasets `dear prepare` reads."""
+    from dear.data import coop
+
+    stages = len([path for path in (ROOT / "dear" / "stages").glob("*.py") if path.name != "__init__.py"])
+    datasets = len([name for name in coop.SPECS if not name.startswith("world_")])
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        for word, thing, actual in (*((w, "stages", stages) for w in WORDS), *((w, "datasets", datasets) for w in WORDS)):
+            if re.search(rf"\b{word} {thing}\b", text, flags=re.I):
+                assert WORDS[word] == actual, f"{page.name}: '{word} {thing}', but there are {actual}"

@@ -96,6 +96,11 @@ def test_dvc_plans_every_stage_on_a_fresh_clone(tmp_path, project):
                                 capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         assert result.stdout.count("Running stage") == stages, command
+    short = subprocess.run([sys.executable, str(ROOT / "workflow/scripts/dvc_pending.py")], cwd=tmp_path / "clone",
+                           env=engine_env(), capture_output=True, text=True, timeout=300)
+    lines = short.stdout.splitlines()  # docs/engines.md: what to run instead of the long `dvc status`
+    assert short.returncode == 1 and lines[0] == f"{stages} stage(s) would run:" and len(lines) == stages + 1
+    assert lines[1] == "  world: not built yet", lines[:3]
 
 
 def test_docs_show_each_configs_output_root_and_the_current_graph(project):
@@ -108,6 +113,18 @@ def test_docs_show_each_configs_output_root_and_the_current_graph(project):
     page = (ROOT / "docs/engines.md").read_text()
     assert dag_doc.shown(page) == dag_doc.block(dag_doc.mermaid(project)), "run: python workflow/scripts/dag_doc.py"
     assert f"where all {len(dvc_graph(project))} stages would run" in page, "docs/engines.md: the demo's stage count"
+    assert f'"{len(dvc_graph(project))} stage(s) would run:"' in page
+
+
+def test_the_docs_count_the_demo_s_jobs_as_snakemake_plans_them(project):
+    jobs = snakemake_graph(project)
+    after, grown = {"backbone"}, True  # every output made downstream of the backbone
+    while grown:
+        found = {out for step in jobs.values() if step.deps & after for out in step.outs} - after
+        after, grown = after | found, bool(found)
+    after = [step for step in jobs.values() if step.deps & after]
+    page = (ROOT / "docs/performance.md").read_text()
+    assert f"`make demo` runs {len(jobs)} jobs, {len(after)} of them after the backbone" in page
 
 
 def test_slurm_logs_of_another_config_must_go_under_its_root(project):

@@ -33,6 +33,20 @@ def test_constraints_pin_torch_inside_the_ranges_and_make_installs_with_them():
     assert installs and all("-c constraints.txt" in line for line in installs)
 
 
+def test_the_project_metadata_reads_without_a_deprecation_warning():
+    """setuptools warned on every install that `project.license` as a table is deprecated (PEP 639)."""
+    import warnings
+
+    from setuptools.config import pyprojecttoml
+    from setuptools.dist import Distribution
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        distribution = Distribution()
+        pyprojecttoml.apply_configuration(distribution, ROOT / "pyproject.toml")
+    assert distribution.metadata.license_expression == "MIT"
+
+
 def test_the_docs_name_only_params_keys_that_exist():
     for doc in DOCS:
         for key in re.findall(rf"`((?:{SECTIONS})\.[a-z_.]+)", doc.read_text()):
@@ -50,6 +64,7 @@ def test_the_compute_block_in_the_docs_is_params_yaml_s():
 def test_the_check_example_in_the_docs_is_what_dear_check_prints(monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no weights fetched on this machine
+    monkeypatch.setattr("dear.check.available_cpus", lambda: 64)  # a node with the CPUs the paper config asks for
     result = CliRunner().invoke(app, ["check", "--params", "configs/paper-vitb16.yaml"])
     assert result.exit_code == 1
     example = re.search(r"\n```\n(error: .*?)```", (ROOT / "docs/check.md").read_text(), re.DOTALL).group(1)

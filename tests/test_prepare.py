@@ -160,6 +160,26 @@ def test_corrupt_png_fails_with_decode_naming_the_file(in_tmp, monkeypatch):
     assert_clean_failure(result, in_tmp, "1 bad image(s)", str(bad), "data.skip_bad")
 
 
+def test_a_truncated_test_image_passed_by_exists_gets_a_hint_that_works(in_tmp):
+    """`data.verify: exists` reads headers: a truncated test JPEG passes prepare and fails where it is decoded.
+    The message's remedy (verify: decode and skip_bad: true, prepare again) drops it."""
+    from dear.data.manifest import read_rgb
+    from dear.errors import DearError
+
+    folder = make_fake_dataset("data", "imagenet", n_classes=3, per_class=4)
+    bad = sorted((folder / "images" / "val").rglob("*.jpg"))[2]  # a test image of ImageNet (CoOp tests on val)
+    bad.write_bytes(bad.read_bytes()[:-5])  # the header survives: `data.verify: exists` passes it
+    assert prepare(in_tmp, "imagenet", shots=2).exit_code == 0
+    assert str(bad) in read_manifest("out")["path"].to_pylist()
+    with pytest.raises(DearError) as failed:
+        read_rgb(bad)  # what evaluate (and fuse, train) do with each image
+    assert "set data.verify: decode and data.skip_bad: true and rerun `dear prepare`" in str(failed.value)
+    result = prepare(in_tmp, "imagenet", shots=2, verify="decode", skip_bad=True)
+    assert result.exit_code == 0, result.output
+    assert str(bad) not in read_manifest("out")["path"].to_pylist()
+    assert read_parquet("out/excluded.parquet")["path"].to_pylist() == [str(bad)]
+
+
 def test_garbage_file_fails_with_exists(in_tmp):
     folder = make_fake_dataset("data", "food-101", n_classes=2, per_class=2)
     bad = sorted((folder / "images").rglob("*.png"))[0]

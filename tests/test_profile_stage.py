@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +106,35 @@ def test_profile_is_deterministic(world):
         assert (world / "again_a" / name).read_bytes() == (world / "again_b" / name).read_bytes(), name
 
 
+def compare_roles(world, a: str, b: str, rtol: float) -> None:
+    """The same heads, roles, concepts and picked texts, entropies (4 decimals) equal; shares and variances to `rtol`."""
+    first, second = (read_parquet(world / out / "roles.parquet", ROLES_SCHEMA).to_pandas() for out in (a, b))
+    key = ["layer", "head", "role", "concept", "mask_role", "entropy_bits"]
+    assert first[key].equals(second[key])
+    assert np.allclose(first.concept_share, second.concept_share, rtol=rtol, atol=1e-9)
+    texts = [read_parquet(world / out / "head_texts.parquet", HEAD_TEXTS_SCHEMA).to_pandas() for out in (a, b)]
+    assert texts[0][["layer", "head", "rank", "text", "concept"]].equals(texts[1][["layer", "head", "rank", "text", "concept"]])
+    assert np.allclose(texts[0].variance_explained, texts[1].variance_explained, rtol=rtol, atol=1e-9)
+
+
+MANY = max(2, min(8, len(os.sched_getaffinity(0))))  # 2 here; more where there are more cores
+
+
+def test_the_same_roles_on_one_and_on_two_threads(world, monkeypatch):
+    """`dear --threads N profile`: the thread count a job is given (1, and 2 or more) does not change its roles."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # dear.cpus sets it for the job: restored after the test
+    try:
+        for threads in (1, MANY):
+            result = CliRunner().invoke(app, ["--threads", str(threads), "profile", "--params", str(world / "params.yaml"),
+                                              "--backbone", str(world / "backbone"), "--manifest",
+                                              str(world / "manifest.parquet"), "--out", str(world / f"threads{threads}")])
+            assert result.exit_code == 0, result.output
+            assert f"profiling on cpu, fp32, {threads} threads" in result.stderr
+    finally:
+        torch.set_num_threads(1)
+    compare_roles(world, "threads1", f"threads{MANY}", rtol=1e-6)
+
+
 @pytest.mark.gpu
 def test_gpu_roles_match_cpu_roles(world):
     """The same heads, roles, concepts and picked texts on CUDA (fp32, TF32 off) as on the CPU."""
@@ -112,13 +142,7 @@ def test_gpu_roles_match_cpu_roles(world):
     assert profile(world, "roles_cpu").exit_code == 0
     result = profile(world, "roles_cuda", params="cuda.yaml")
     assert result.exit_code == 0, result.output
-    cpu, cuda = (read_parquet(world / out / "roles.parquet", ROLES_SCHEMA).to_pandas() for out in ("roles_cpu", "roles_cuda"))
-    key = ["layer", "head", "role", "concept", "mask_role"]
-    assert cpu[key].equals(cuda[key])
-    assert np.allclose(cpu.entropy_bits, cuda.entropy_bits, atol=1e-6)
-    texts = [read_parquet(world / out / "head_texts.parquet", HEAD_TEXTS_SCHEMA).to_pandas() for out in ("roles_cpu", "roles_cuda")]
-    assert texts[0][["layer", "head", "rank", "text"]].equals(texts[1][["layer", "head", "rank", "text"]])
-    assert np.allclose(texts[0].variance_explained, texts[1].variance_explained, rtol=1e-4, atol=1e-7)
+    compare_roles(world, "roles_cpu", "roles_cuda", rtol=1e-4)  # a GPU's fp32 sums: ~1e-6 of a value
 
 
 def assert_clean_failure(result, out: Path, phrase: str) -> None:

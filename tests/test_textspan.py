@@ -75,3 +75,20 @@ def test_every_rank_problem_is_listed():
     found = rank_problems(rank=80, picks=90, n_images=50, dim=64, n_texts=10, images_from="50 images")
     assert [line.split(":")[0] for line in found] == ["profile.svd_rank"] * 2 + ["profile.texts_per_head"] * 2
     assert rank_problems(rank=80, picks=20, n_images=81, dim=None, n_texts=None, images_from="81 images") == []
+
+
+def test_float_noise_does_not_choose_between_texts_that_explain_a_head_equally():
+    """Two texts tied up to float noise: the lower bank row wins whichever the noise favours, and the picks
+    of a covariance moved by ~1e-7 of itself (a GPU, another thread count) are the same."""
+    rng = np.random.default_rng(1)
+    texts = _unit_rows(rng, 40, 16)
+    texts[7] = texts[23]  # one direction, two rows
+    head = np.outer(rng.standard_normal(400), texts[23]) + 0.1 * rng.standard_normal((400, 16))
+    cov = covariance(head)
+    for noise in (1e-7, -1e-7):
+        texts_moved = texts.copy()
+        texts_moved[23] *= 1 + noise  # row 23 now scores a hair above or below row 7
+        assert text_span(cov, texts_moved, rank=8, picks=1)[0].index == 7
+    shaken = cov * (1 + 1e-7 * rng.standard_normal(cov.shape))
+    shaken = (shaken + shaken.T) / 2
+    assert [p.index for p in text_span(shaken, texts, 8, 6)] == [p.index for p in text_span(cov, texts, 8, 6)]

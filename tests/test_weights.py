@@ -70,6 +70,7 @@ def test_missing_weights_say_what_to_run_without_touching_the_network(tmp_path, 
 
 def test_fetch_weights_fills_the_cache_that_stages_then_read_offline(tmp_path, monkeypatch):
     calls = []
+    monkeypatch.setattr(weights, "unreachable", lambda url: None)  # the fake hub is "reachable"
     monkeypatch.setattr(oc_pretrained, "hf_hub_download", fake_hub(calls))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     params = vit_params(tmp_path)
@@ -89,11 +90,29 @@ def test_fetch_weights_fills_the_cache_that_stages_then_read_offline(tmp_path, m
     assert weights.resolve("ViT-B-16", "openai", str(tmp_path / "cache")) == snapshot / "open_clip_pytorch_model.bin"
 
 
+@pytest.mark.parametrize("endpoint, why", [("https://nowhere.invalid", "nowhere.invalid:443 cannot be reached"),
+                                           ("http://127.0.0.1:9", "127.0.0.1:9 cannot be reached (Connection refused)")])
+def test_fetch_weights_without_network_fails_at_once_in_one_line(tmp_path, monkeypatch, endpoint, why):
+    """No download is tried (it would retry for ~50 s, a warning line each time): the server is asked first."""
+    from huggingface_hub import constants
+
+    def download(*args, **kwargs):
+        raise AssertionError("downloaded although the server cannot be reached")
+
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(oc_pretrained, "hf_hub_download", download)
+    result = CliRunner().invoke(app, ["fetch-weights", "--params", str(vit_params(tmp_path))])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: model.pretrained: cannot download weights 'openai' for ViT-B-16: {why}")
+    assert "where there is network" in result.stderr
+
+
 def test_fetch_weights_failures_and_nothing_to_fetch(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise ConnectionError("no route to host")
 
     monkeypatch.setattr(oc_pretrained, "hf_hub_download", broken)
+    monkeypatch.setattr(weights, "unreachable", lambda url: None)
     result = CliRunner().invoke(app, ["fetch-weights", "--params", str(vit_params(tmp_path))])
     assert result.exit_code == 1
     assert result.stderr.strip().count("\n") == 0 and "downloading weights 'openai' for ViT-B-16 failed" in result.stderr

@@ -23,6 +23,7 @@ import numpy as np
 
 from dear.data.manifest import SPLITS
 from dear.errors import DearError
+from dear.params import in_use
 
 DATASETS_MD = "https://github.com/KaiyangZhou/CoOp/blob/main/DATASETS.md"
 SPLIT_CODE = {name: code for code, name in enumerate(SPLITS)}
@@ -67,7 +68,7 @@ def read_dataset(name: str, root: str | Path) -> tuple[DatasetSpec, Listing]:
     folder = spec.dataset_dir(root)
     if not root.is_dir():
         raise DearError(f"{root}: data.root not found (expected {folder} inside it); "
-                        f"set data.root in params.yaml, then {spec.howto}")
+                        f"set data.root in {in_use()}, then {spec.howto}")
     if not folder.is_dir():
         raise DearError(f"{folder}: dataset folder not found (data.root is {root}); {spec.howto}")
     split_file = folder / spec.split_file

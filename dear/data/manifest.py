@@ -119,6 +119,12 @@ def check_images_exist(paths: list[str], source: str | Path, what: str = "image"
                         "run from the folder the paths are relative to, or restore them and rerun `dear prepare`")
 
 
+# What to do about an image that fails to decode after `dear prepare` passed it (data.verify: exists reads headers
+# only): skip_bad drops only what the check finds, so the check must decode.
+UNREADABLE_HINT = ("restore it, or set data.verify: decode and data.skip_bad: true and rerun `dear prepare`, "
+                   "which then drops every unreadable image")
+
+
 def read_rgb(path: str | Path):
     """The image at `path` as an RGB PIL image; a missing or undecodable file is one line naming it."""
     from PIL import Image
@@ -128,4 +134,4 @@ def read_rgb(path: str | Path):
             return image.convert("RGB")
     except OSError as err:  # missing, truncated, not an image (PIL's UnidentifiedImageError is an OSError)
         raise DearError(f"{path}: not a readable image ({' '.join(str(err).split()) or type(err).__name__}); "
-                        "restore it, or rerun `dear prepare` (data.skip_bad: true drops unreadable files)") from None
+                        f"{UNREADABLE_HINT}") from None

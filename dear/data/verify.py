@@ -21,6 +21,7 @@ from typing import Iterator, Sequence
 import numpy as np
 from PIL import Image
 
+from dear import cpus
 from dear.progress import track
 
 CHUNK = 2048  # paths per task: large enough to amortize inter-process traffic
@@ -69,8 +70,9 @@ _SHARED: dict = {}
 
 
 def _run(ranges: list[tuple[int, int]], workers: int, label: str) -> Iterator[tuple]:
-    """Ordered results of `_check_range` over `ranges`, in-process when workers == 1."""
-    if workers == 1 or len(ranges) <= 1:
+    """Ordered results of `_check_range` over `ranges`, in-process when workers == 1 (or the job has 1 CPU)."""
+    workers = cpus.processes(workers)
+    if workers <= 1 or len(ranges) <= 1:
         yield from track(map(_check_range, ranges), label, total=len(ranges))
         return
     # fork (children see _SHARED) before the progress bar starts its refresh thread

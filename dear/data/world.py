@@ -20,6 +20,7 @@ import numpy as np
 from dear.data.world_emoji import catalog
 from dear.data.world_scene import COLORS, POSITION_NAMES, SHAPES, TEXTURES, Canvas, Scene, render
 from dear.errors import DearError
+from dear.params import in_use
 
 SPLITS = ("train", "val", "test")
 ATTRIBUTE_SETS = {"colors": "color", "textures": "texture", "shapes": "shape", "positions": "position"}
@@ -70,20 +71,20 @@ def problems(world, count_emoji: bool = True) -> list[str]:
     """Every reason the world cannot be drawn, one line each (`count_emoji`: also the ~1 s emoji catalog count)."""
     found = []
     if world.grid not in POSITION_NAMES:
-        found.append(f"params.yaml: key 'world.grid' must be one of {sorted(POSITION_NAMES)}, got {world.grid}")
+        found.append(f"{in_use()}: key 'world.grid' must be one of {sorted(POSITION_NAMES)}, got {world.grid}")
     for key, allowed, given in (("colors", COLORS, world.colors), ("textures", TEXTURES, world.textures),
                                 ("shapes", SHAPES, world.shapes)):
         unknown = sorted(set(given) - set(allowed))
         if unknown or len(set(given)) != len(given) or len(given) < 2:
-            found.append(f"params.yaml: key 'world.{key}' must list >= 2 distinct values of "
+            found.append(f"{in_use()}: key 'world.{key}' must list >= 2 distinct values of "
                          f"{list(allowed)}; got {given}")
     needed = world.n_objects + world.n_objects_b + world.n_objects_rare
     if count_emoji and needed > len(catalog()):
-        found.append(f"params.yaml: world.n_objects + world.n_objects_b + world.n_objects_rare = {needed} exceeds "
+        found.append(f"{in_use()}: world.n_objects + world.n_objects_b + world.n_objects_rare = {needed} exceeds "
                      f"the {len(catalog())} usable emoji; lower them")
     cell = world.image_size // world.grid if world.grid in POSITION_NAMES else None
     if cell is not None and (world.emoji_px_max > cell or world.shape_px_max > cell):
-        found.append("params.yaml: world.emoji_px_max and world.shape_px_max must fit in one grid cell "
+        found.append(f"{in_use()}: world.emoji_px_max and world.shape_px_max must fit in one grid cell "
                      f"({cell} px); lower them")
     return found
 

@@ -1,7 +1,7 @@
-"""`python -m dear.docs`: rewrite the generated blocks of README.md and docs/*.md.
+"""`python -m dear.docs`: rewrite configs/smoke.yaml and the generated blocks of README.md and docs/*.md.
 
     python -m dear.docs                # after changing params.yaml, a config or a profile
-    python -m dear.docs --check        # list stale blocks, exit 1 if any (what the test does)
+    python -m dear.docs --check        # list stale files and blocks, exit 1 if any (what the test does)
     python -m dear.docs --snapshot     # after `make demo`: its numbers into docs/demo/, the picture, the blocks
 """
 
@@ -12,9 +12,10 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from dear.docs import blocks, demo
+from dear.docs import blocks, demo, smoke
 from dear.docs.generators import generate
 from dear.errors import DearError
+from dear.io import write_text
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,14 +30,20 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root)
     write = partial(generate, root)
     try:
+        smoke_file = root / smoke.PATH
+        smoke_text = smoke.smoke_text(root) if (root / "params.yaml").is_file() else None
+        smoke_stale = smoke_text is not None and (not smoke_file.is_file() or smoke_file.read_text() != smoke_text)
         if args.check:
-            found = blocks.stale(root, write)
+            found = ([f"{smoke.PATH} (written from params.yaml)"] if smoke_stale else []) + blocks.stale(root, write)
             for line in found:
                 print(f"stale: {line}", file=sys.stderr)
             return 1 if found else 0
         if args.snapshot is not None:
             for path in demo.snapshot(Path(args.snapshot), root):
                 print(f"wrote {path}")
+        if smoke_stale:  # first: the blocks show every config's values
+            write_text(smoke_file, smoke_text)
+            print(f"updated {smoke.PATH}")
         for page in blocks.refresh(root, write):
             print(f"updated {page}")
     except DearError as err:

@@ -24,8 +24,14 @@ DEMO = "params.yaml"
 
 
 def config_files(root: Path) -> list[str]:
-    """params.yaml (the demo) first, then every config beside it (configs/*.yaml), relative to `root`."""
-    return [DEMO, *sorted(str(path.relative_to(root)) for path in (root / "configs").glob("*.yaml"))]
+    """params.yaml (the demo) first, then every config beside it (configs/*.yaml), relative to `root`.
+
+    Not the smoke study: it is the demo at test size, written from params.yaml (dear/docs/smoke.py says how).
+    """
+    from dear.docs.smoke import PATH as SMOKE
+
+    configs = sorted(str(path.relative_to(root)) for path in (root / "configs").glob("*.yaml"))
+    return [DEMO, *(name for name in configs if name != SMOKE)]
 
 
 def leaves(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str]]:

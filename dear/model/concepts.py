@@ -4,6 +4,12 @@ Each head's picked texts carry concepts; P over concepts (uniform or
 variance weights), its entropy in bits, and thresholds on the entropy sort
 heads into roles. The mask uses `mask_role`: an attribute head whose concept
 is not a core attribute is isolated like a generalization head.
+
+Labels must not hang on float noise (a GPU or another thread count moves
+the variances by ~1e-7 of themselves): entropies are kept to
+`ENTROPY_DECIMALS` decimals, so two heads that differ by less fall on the
+same side of a threshold, and concept shares within `SHARE_TIE` of the
+largest are a tie for the dominant concept.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ CORE_CONCEPTS = ("color", "shape", "texture", "object", "position")  # the order
 NOISE = "other"  # cluster mode: texts HDBSCAN leaves unclustered
 
 ATTRIBUTE, GENERALIZATION, MIXED = "attribute", "generalization", "mixed"
+ENTROPY_DECIMALS = 4  # bits: 1e-4, a thousand times the noise of a device or a thread count
+SHARE_TIE = 1e-5  # relative: concept shares this close to the largest are a tie
 
 
 def distribution(concepts: Sequence[str], weights: Sequence[float], names: Sequence[str]) -> dict[str, float]:
@@ -39,14 +47,14 @@ def distribution(concepts: Sequence[str], weights: Sequence[float], names: Seque
 
 
 def entropy_bits(probabilities: Sequence[float]) -> float:
-    """H = −Σ p log2 p (0 log 0 = 0)."""
-    return float(-sum(p * math.log2(p) for p in probabilities if p > 0))
+    """H = −Σ p log2 p (0 log 0 = 0), to `ENTROPY_DECIMALS` decimals (+ 0.0: never -0.0)."""
+    return round(float(-sum(p * math.log2(p) for p in probabilities if p > 0)), ENTROPY_DECIMALS) + 0.0
 
 
 def dominant(p: dict[str, float], first_seen: Sequence[str]) -> str:
-    """argmax P; ties go to the concept picked first (it explains more variance)."""
+    """argmax P; ties (within `SHARE_TIE`) go to the concept picked first (it explains more variance)."""
     best = max(p.values())
-    tied = [name for name, value in p.items() if math.isclose(value, best, rel_tol=1e-9, abs_tol=1e-12)]
+    tied = [name for name, value in p.items() if math.isclose(value, best, rel_tol=SHARE_TIE, abs_tol=1e-12)]
     for concept in first_seen:
         if concept in tied:
             return concept

@@ -111,9 +111,12 @@ class HeadStatistics:
     """Streaming mean and covariance of every profiled head's contribution.
 
     Batches are centred on the first batch's mean before their outer
-    products are summed (float64), so the final covariance does not suffer
-    from cancellation however many images pass. The sums live on the
-    contributions' device (a GPU profile never copies a batch back).
+    products are summed, so the final covariance does not suffer from
+    cancellation however many images pass. Centring and sums are float64:
+    how a device or a thread count orders the sum over a batch then moves
+    the covariance by ~1e-16 of itself, far below what could change a
+    TextSpan pick (the picks' own tolerance: `textspan.TIE`). The sums live
+    on the contributions' device (a GPU profile never copies a batch back).
     """
 
     def __init__(self) -> None:
@@ -125,20 +128,20 @@ class HeadStatistics:
     def update(self, heads: torch.Tensor) -> None:
         """Add a batch of contributions [B, Lp, H, E]."""
         if self._shift is None:
-            self._shift = heads.float().mean(0)
+            self._shift = heads.double().mean(0)
             self._sum = torch.zeros(self._shift.shape, dtype=torch.float64, device=heads.device)
             self._outer = torch.zeros(self._shift.shape + self._shift.shape[-1:], dtype=torch.float64,
                                       device=heads.device)
-        centred = heads.float() - self._shift  # [B, Lp, H, E]
-        self._sum += centred.sum(0).double()
-        self._outer += torch.einsum("blhe,blhf->lhef", centred, centred).double()
+        centred = heads.double() - self._shift  # [B, Lp, H, E] float64
+        self._sum += centred.sum(0)
+        self._outer += torch.einsum("blhe,blhf->lhef", centred, centred)
         self.count += heads.shape[0]
 
     @property
     def mean(self) -> torch.Tensor:
         """[Lp, H, E] float64 mean contribution of each head."""
         self._check()
-        return self._shift.double() + self._sum / self.count
+        return self._shift + self._sum / self.count
 
     @property
     def covariance(self) -> torch.Tensor:

@@ -14,6 +14,13 @@ pass streams images into S (`decompose.HeadStatistics`) and never holds C.
 Texts projected onto the top-r span live there for good (removing a
 direction of the span keeps them in it), so the greedy loop runs in r
 coordinates: K·r² per pick instead of K·E².
+
+Picks must not hang on float noise: the same images give covariances that
+differ by ~1e-7 of themselves on a GPU or at another thread count, and an
+exact argmax would let that noise choose between two texts that explain the
+head equally well. Texts scoring within `TIE` (relative) of the best are a
+tie, and a tie goes to the lower bank row, wherever the run happens. The
+linear algebra runs on one BLAS thread (eigh of an E×E matrix: milliseconds).
 """
 
 from __future__ import annotations
@@ -21,8 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from dear.errors import DearError
+
+
+TIE = 1e-5  # scores within this share of the best score are a tie (float noise is ~1e-7)
 
 
 @dataclass(frozen=True)
@@ -79,10 +90,14 @@ def text_span(cov: np.ndarray, texts: np.ndarray, rank: int, picks: int) -> list
     """The `picks` texts that best explain a head, greedily, with their variance.
 
     cov: [E, E] covariance of the head's contributions; texts: [K, E] text
-    embeddings (normalized). Ties go to the lower bank row, so the result is
-    deterministic.
+    embeddings (normalized). Ties (scores within `TIE` of the best) go to the
+    lower bank row, so float noise does not choose.
     """
-    cov = np.asarray(cov, dtype=np.float64)
+    with threadpool_limits(limits=1):
+        return _greedy(np.asarray(cov, dtype=np.float64), texts, rank, picks)
+
+
+def _greedy(cov: np.ndarray, texts: np.ndarray, rank: int, picks: int) -> list[Pick]:
     total = float(np.trace(cov))
     eigenvalues, eigenvectors = np.linalg.eigh(cov)  # ascending
     top = np.argsort(-eigenvalues, kind="stable")[:rank]
@@ -94,7 +109,7 @@ def text_span(cov: np.ndarray, texts: np.ndarray, rank: int, picks: int) -> list
     for _ in range(picks):
         scores = np.einsum("kr,rs,ks->k", coords, cov_r, coords)  # var(C t) per text
         scores[~available] = -np.inf
-        index = int(np.argmax(scores))
+        index = int(np.flatnonzero(scores >= scores.max() - TIE * abs(scores.max()))[0])  # the lowest row of a tie
         norm = float(np.linalg.norm(coords[index]))
         if norm <= 1e-12:
             break  # no text has any component left in the span

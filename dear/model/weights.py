@@ -18,6 +18,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import open_clip
@@ -91,8 +94,16 @@ def resolve(arch: str, pretrained: str, cache_dir: str | None) -> Path:
 
 
 def fetch(arch: str, tag: str, cache_dir: str | None) -> Path:
-    """Download the weights of `tag` into the cache (the network on purpose) and record where they are."""
+    """Download the weights of `tag` into the cache (the network on purpose) and record where they are.
+
+    Where the server cannot be reached (no network, a compute node) it fails at once, in one line: the
+    download itself would retry for about a minute, a warning line each time.
+    """
     config = tag_config(arch, tag)
+    problem = unreachable(download_url(config))
+    if problem:
+        raise DearError(f"model.pretrained: cannot download weights '{tag}' for {arch}: {problem}; run "
+                        "`dear fetch-weights` where there is network (e.g. a login node), with the same model.cache_dir")
     try:
         found = oc_pretrained.download_pretrained(config, cache_dir=cache_dir)
     except Exception as err:  # network and hub failures come in many types
@@ -102,6 +113,30 @@ def fetch(arch: str, tag: str, cache_dir: str | None) -> Path:
         raise DearError(f"model.pretrained: open_clip gave no file for weights '{tag}' of {arch}")
     remember(arch, tag, cache_dir, Path(found))
     return Path(found)
+
+
+def download_url(config: dict) -> str:
+    """Where open_clip would download `config` from: the Hugging Face hub (HF_ENDPOINT) when listed, else its URL."""
+    if config.get("hf_hub") and oc_pretrained.has_hf_hub():
+        from huggingface_hub import constants
+
+        return constants.ENDPOINT
+    return config.get("url", "")
+
+
+def unreachable(url: str, timeout: float = 5.0) -> str | None:
+    """Why `url`'s server (or the proxy the environment names for it) cannot be reached; None when it can."""
+    if not url:
+        return None
+    parts = urllib.parse.urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    target = urllib.parse.urlsplit(proxy) if proxy and not urllib.request.proxy_bypass(parts.hostname or "") else parts
+    port = target.port or (443 if target.scheme == "https" else 80)
+    try:
+        socket.create_connection((target.hostname, port), timeout=timeout).close()
+    except OSError as err:
+        return f"{target.hostname}:{port} cannot be reached ({err.strerror or err})"
+    return None
 
 
 def fetch_configured(model) -> tuple[Path | None, str | None]:

@@ -40,6 +40,7 @@ class Page:
     ablations: dict[str, list[str]] = field(default_factory=dict)  # dataset -> markdown table of the role validation
     setting_problems: list[str] = field(default_factory=list)  # why the published numbers are not comparable
     inference: str = "cls"   # fusion.novel of the eval tables: what the main tables use on unseen classes
+    notes: list[str] = field(default_factory=list)  # paragraphs under the first one: what the run was (dear/stages/report.py)
 
 
 def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None = None,
@@ -57,6 +58,7 @@ def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None =
         "whether or not it is better beyond noise (that is what the paired differences below say).",
         "",
     ]
+    lines += [line for note in page.notes for line in (note, "")]
     lines += _warnings(results, page)
     b2n = results[results["protocol"] == "base_to_novel"]
     lines += _base_to_novel(b2n, page)

@@ -28,7 +28,7 @@ from dear.io import output_folder, provenance, read_json, sha256_file, sha256_js
 from dear.model import clip, weights
 from dear.model.pretrain import pretrain
 from dear.model.sanity import world_zero_shot
-from dear.params import Params
+from dear.params import Params, in_use
 
 log = logging.getLogger("dear.backbone")
 
@@ -96,7 +96,7 @@ def _check_world(params: Params, folder: Path) -> dict:
     expected = sha256_json(params.world.model_dump(mode="json"))
     if card.get("world_params_sha256") != expected:
         raise DearError(f"{folder / 'card.json'}: world was drawn with other world params than "
-                        "params.yaml's; rerun `dear world`")
+                        f"{in_use()}'s; rerun `dear world`")
     for name in card.get("datasets", {}):  # the sanity evaluation reads them after training: check now
         split_file = folder / name / f"split_zhou_{name}.json"
         check_images_exist([folder / name / "images" / item[0] for item in read_json(split_file)["test"]],
@@ -114,7 +114,7 @@ def _make_model(params: Params, arch: str, config: dict,
         return model.eval().to(device), {"trained_here": False}, path
     image_size = config["vision_cfg"]["image_size"]
     if image_size != params.world.image_size:
-        raise DearError(f"params.yaml: model.arch {arch} takes {image_size} px images but world.image_size is "
+        raise DearError(f"{in_use()}: model.arch {arch} takes {image_size} px images but world.image_size is "
                         f"{params.world.image_size}; make them equal")
     world_data.check(params.world)
     excluded = world_data.test_scene_keys(params.world)

@@ -64,6 +64,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
             write_parquet(fewshot_path(folder, seed), table, FEWSHOT_SCHEMA, {**record, "seed": seed})
         write_parquet(manifest_path(folder), manifest, MANIFEST_SCHEMA, record)
     _log_summary(inputs.dataset, manifest, excluded, tables, outputs.folder)
+    _warn_fewer_shots(inputs.dataset, tables, data.shots, len(listing.classnames))
 
 
 def decoded_draw(name: str, spec: coop.DatasetSpec, listing: coop.Listing, check: verify.ImageCheck,
@@ -182,6 +183,25 @@ def _check_classes_kept(name: str, spec: coop.DatasetSpec, listing: coop.Listing
     why = "every one is bad" if bad[label] else "none is listed (an empty class folder?)"
     raise DearError(f"{name}: class {label} ({listing.classnames[label]!r}) has no usable {split} image, {why} "
                     f"({empty.size} such classes); restore its images, data.skip_bad cannot drop a whole class")
+
+
+def _warn_fewer_shots(name: str, tables: dict[int, pa.Table], shots: int, n_classes: int) -> None:
+    """A class with fewer training images than data.shots gets all it has: the study is then not `shots`-shot."""
+    for seed, table in tables.items():
+        train = table.filter(pc.equal(table["fewshot_split"], "train"))
+        if not train.num_rows:
+            continue  # a test-only dataset: no shots are drawn from it
+        counts = np.bincount(train["label"].to_numpy(), minlength=n_classes)
+        short = int((counts < shots).sum())
+        if short:
+            log.warning("%s: data.shots is %d but %d of %d classes have fewer training images, so they get %s shots "
+                        "(seed %d); the study is then not %d-shot for them (the report states the shots used)", name,
+                        shots, short, n_classes, _span(counts.min(), counts[counts < shots].max()), seed, shots)
+        return  # the draws of the other seeds have the same counts
+
+
+def _span(low: int, high: int) -> str:
+    return f"{low}" if low == high else f"{low}-{high}"
 
 
 def _log_summary(name: str, manifest: pa.Table, excluded: pa.Table, tables: dict, folder: Path) -> None:

@@ -26,8 +26,9 @@ import pyarrow as pa
 import torch
 from torch import nn
 
+from dear import cpus
 from dear import device as devices
-from dear.data.manifest import read_manifest, select
+from dear.data.manifest import UNREADABLE_HINT, read_manifest, select
 from dear.errors import DearError
 from dear.io import output_folder, provenance, write_bytes, write_parquet, write_text
 from dear.model import ablation as abl
@@ -195,7 +196,7 @@ class _Images(torch.utils.data.Dataset):
             with Image.open(path) as image:
                 return self.preprocess(image.convert("RGB"))
         except OSError as err:  # PIL's UnidentifiedImageError is an OSError
-            return f"{path}: not a readable image ({type(err).__name__}); fix or remove it and rerun `dear prepare`"
+            return f"{path}: not a readable image ({type(err).__name__}); {UNREADABLE_HINT}"
 
 
 def _stack(items: list) -> torch.Tensor | str:
@@ -206,7 +207,7 @@ def _stack(items: list) -> torch.Tensor | str:
 def image_batches(paths: list[str], preprocess, batch_size: int, workers: int = 0,
                   device: torch.device = torch.device("cpu")) -> Iterator[torch.Tensor]:
     """Preprocessed image batches [B, 3, S, S] on `device`, in order; `workers` processes decode them."""
-    loader = torch.utils.data.DataLoader(_Images(paths, preprocess), batch_size=batch_size, num_workers=workers,
+    loader = torch.utils.data.DataLoader(_Images(paths, preprocess), batch_size=batch_size, num_workers=cpus.processes(workers),
                                          collate_fn=_stack, pin_memory=device.type == "cuda")
     for batch in track(loader, description="profiling images", total=len(loader)):
         if isinstance(batch, str):

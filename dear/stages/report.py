@@ -31,7 +31,7 @@ import pandas as pd
 
 from dear.errors import DearError
 from dear import runrecord
-from dear.io import output_folder, provenance, read_parquet, sha256_json, write_bytes, write_json
+from dear.io import output_folder, provenance, read_parquet, read_provenance, sha256_json, write_bytes, write_json
 from dear.params import Params
 from dear.model import ablation
 from dear.report import markdown, paired, paper, plots, reference, tables
@@ -87,7 +87,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                          confidence=params.report.confidence, resamples=params.report.bootstrap_resamples,
                          reference=params.report.reference, heatmaps=[f"roles/{name}.png" for name in heatmaps],
                          has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()},
-                         setting_problems=problems, inference=_inference(run_record))
+                         setting_problems=problems, inference=_inference(run_record),
+                         notes=notes(params, inputs.train_logs))
     text = markdown.render(results, page, differences, streams, published, inferences)
     files = {
         "results.md": "\n".join([text, *runrecord.markdown(run_record)]).encode(),
@@ -124,6 +125,27 @@ def comparisons(report, evals: pd.DataFrame) -> list[tuple[str, str]]:
     """(report.compare, other) for every other method, listed or found, in the tables' row order."""
     return [(report.compare, other) for other in tables.method_order(report.methods, evals["method"])
             if other != report.compare]
+SMOKE_ARCHS = ("dear-world-tiny",)  # the smoke study's backbone (configs/smoke.yaml): a test-sized model
+
+
+def notes(params: Params, train_logs: list[Path]) -> list[str]:
+    """What the page says about the run before its numbers: a smoke run's numbers mean nothing; the shots used."""
+    found = []
+    if params.model.arch in SMOKE_ARCHS:
+        found.append(f"**These numbers mean nothing.** This run used `{params.model.arch}`, the smoke study's "
+                     f"test-sized backbone ({params.backbone.steps} pretraining steps, {params.world.n_objects} "
+                     "objects): it shows that every stage of every protocol runs, not how the methods compare. "
+                     "`make demo` runs the demo study.")
+    used = [read_provenance(path).get("shots_per_class") for path in train_logs]
+    used = [shots for shots in used if shots]
+    if used:
+        fewest, most = min(low for low, _ in used), max(high for _, high in used)
+        shots = f"{fewest}" if fewest == most else f"{fewest}-{most}"
+        asked = params.data.shots
+        found.append(f"Training shots per class: {shots} (data.shots: {asked})" + (
+            "; fewer where a dataset has fewer training images of a class, so this is not a "
+            f"{asked}-shot study." if fewest < asked else "."))
+    return found
 
 
 def read_heatmaps(paths: list[Path]) -> dict[str, bytes]:

@@ -121,6 +121,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     if roles is not None:
         used["roles"] = inputs.roles
     made_by = provenance({"recipe": recipe.values, "compute": params.compute}, used, inputs.seed)
+    made_by["shots_per_class"] = shots.per_class()  # what the report states as the shots used
     schema = train_log_schema(type(model).TERMS)
     with output_folder(outputs.folder, Outputs.FILES) as folder:
         write_parquet(folder / "train_log.parquet", _log_table(rows, schema), schema, made_by)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dear import status
 from dear.errors import DearError
 from dear.io import atomic_path, leftovers_of, load_torch, remove_leftovers
 
@@ -46,6 +47,7 @@ def set_rng_states(states: dict) -> None:
 
 def save(path: Path, state: dict) -> None:
     """Write `state` atomically; a failed write (e.g. a full disk) keeps the previous checkpoint."""
+    status.update(checkpoint_file=str(path))
     try:
         with atomic_path(path) as tmp:
             torch.save(state, tmp)
@@ -54,6 +56,7 @@ def save(path: Path, state: dict) -> None:
         kept = "the previous checkpoint is kept" if path.is_file() else "no earlier checkpoint exists"
         raise DearError(f"{path}: checkpoint write failed at step {state.get('step')} ({what}); {kept}; "
                         "free space and rerun the same command to resume") from err
+    status.update(checkpoint=f"step {state.get('step')}, {path}")  # what a rerun resumes from
 
 
 def load(path: Path, params_hash: str) -> dict | None:
@@ -76,4 +79,5 @@ def load(path: Path, params_hash: str) -> dict | None:
         log.warning("%s: checkpoint made with other params/inputs; starting afresh (it is replaced)", path)
         return None
     log.info("%s: resuming at step %d", path, state["step"])
+    status.update(checkpoint=f"step {state['step']}, {path}")
     return state

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torchvision import transforms as T
 
+from dear import cpus
 from dear.data import manifest
 from dear.data.manifest import read_fewshot, select
 from dear.errors import DearError, from_workers
@@ -29,6 +30,11 @@ class Shots:
     paths: list[str]
     labels: list[int]
     classnames: list[str]
+
+    def per_class(self) -> list[int]:
+        """[fewest, most] training shots of one class: fewer than data.shots where a class has fewer images."""
+        counts = np.bincount(self.labels, minlength=len(self.classnames))
+        return [int(counts.min()), int(counts.max())]
 
 
 def training_shots(path: Path, subset: str = "base") -> Shots:
@@ -146,4 +152,4 @@ class ShotImages(torch.utils.data.Dataset):
 def loader(dataset: ShotImages, start_step: int, workers: int, pin_memory: bool = False):
     """Batches from `start_step` on; the batch contents do not depend on `workers`."""
     return from_workers(torch.utils.data.DataLoader(dataset, batch_sampler=list(dataset.schedule.batches(start_step)),
-                                                    num_workers=workers, pin_memory=pin_memory))
+                                                    num_workers=cpus.processes(workers), pin_memory=pin_memory))

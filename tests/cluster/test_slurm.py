@@ -148,6 +148,7 @@ def test_keep_going_finishes_unrelated_datasets_and_lists_the_failed_job_with_it
     stage_log = f"logs/prepare/{broken}.log"
     slurm_log = next(path for path in run.submitted.values() if f"/{broken}/" in path)
     assert stage_log in summary and slurm_log in summary, summary
+    assert "why: " in summary and "not valid JSON" in summary, summary  # the stage log's last line
     assert "split_zhou_EuroSAT.json: not valid JSON" in (project / stage_log).read_text()
     assert Path(slurm_log).is_file()
 

@@ -12,6 +12,7 @@ from dear import engines as dear_engines
 from dear import stale as dear_stale
 from dear import strict_yaml
 from dear.params import Params, world_needed
+from dear.cpus import wanted as cpus_wanted
 
 # Every path a rule writes is under the config's output_root ('.' for the demo): R is the prefix
 # shell commands put before each path ("" or "<root>/"), rooted() the same for input/output lists.
@@ -123,6 +124,13 @@ def provenance_checked(rule):
             workflow.dag.forcefiles.update([job.folder, *(file for _, file in job.records)])
         return []
     return check
+
+
+def cpus_of(stage):
+    """A rule's `threads:`: the CPUs `dear <stage>` uses under this config by itself (dear/cpus.py), so that
+    Snakemake never runs more than --cores at once. It hands them to the job as OMP_NUM_THREADS, which the stage
+    reads, and scales them down to --cores; a DVC or by-hand run uses the same number."""
+    return cpus_wanted(config, stage)
 
 
 def slurm_logs_stay_under_the_root():

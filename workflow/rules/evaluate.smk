@@ -14,6 +14,7 @@ rule fuse:
         stale=provenance_checked("fuse"),
     output:
         seeds_of(rooted("runs/{method}/{dataset}/fuse/seed{seed}/fusion.json")),
+    threads: cpus_of("fuse")
     log:
         rooted("logs/fuse/{method}/{dataset}.log"),
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
@@ -38,6 +39,7 @@ if TRANSFER:  # the transfer protocols are on
             stale=provenance_checked("fuse_transfer"),
         output:
             seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
+        threads: cpus_of("fuse")
         log:
             rooted("logs/fuse_transfer/{method}.log"),
         benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
@@ -62,6 +64,7 @@ rule evaluate:
     output:
         table=seeds_of(rooted("runs/{method}/{dataset}/eval/seed{seed}/eval.parquet")),
         metrics=seeds_of(rooted("runs/{method}/{dataset}/eval/seed{seed}/metrics.json")),
+    threads: cpus_of("evaluate")
     log:
         rooted("logs/evaluate/{method}/{dataset}.log"),
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
@@ -88,6 +91,7 @@ if TRANSFER:  # the transfer protocols are on
         output:
             table=seeds_of(rooted("transfer/{method}/eval/seed{seed}/eval.parquet")),
             metrics=seeds_of(rooted("transfer/{method}/eval/seed{seed}/metrics.json")),
+        threads: cpus_of("evaluate")
         log:
             rooted("logs/evaluate_transfer/{method}.log"),
         benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)

@@ -8,6 +8,7 @@ rule prepare:
         manifest=rooted("data/{dataset}/manifest.parquet"),
         excluded=rooted("data/{dataset}/excluded.parquet"),
         fewshot=expand(rooted("data/{{dataset}}/fewshot-seed{seed}.parquet"), seed=SEEDS),
+    threads: cpus_of("prepare")
     log:
         rooted("logs/prepare/{dataset}.log"),
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)

@@ -15,6 +15,7 @@ rule profile:
         ablation=rooted(f"roles/{PROFILED}/ablation.parquet"),
     params:
         out=rooted(f"roles/{PROFILED}"),
+    threads: cpus_of("profile")
     log:
         rooted("logs/profile.log"),
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)

@@ -34,6 +34,7 @@ rule report:
         rooted("report/plots/loss.csv"),
         directory(rooted("report/roles")),
         directory(rooted("report/paper")),
+    threads: cpus_of("report")
     log:
         rooted("logs/report.log"),
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)

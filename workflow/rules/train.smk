@@ -16,6 +16,7 @@ rule train:
     output:
         model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
         log=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet")),
+    threads: cpus_of("train")
     log:
         rooted("logs/train/{method}/{dataset}.log"),
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
@@ -39,6 +40,7 @@ if TRANSFER:  # the transfer protocols are on
         output:
             model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
             log=seeds_of(rooted("transfer/{method}/train/seed{seed}/train_log.parquet")),
+        threads: cpus_of("train")
         log:
             rooted("logs/train_transfer/{method}.log"),
         benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)

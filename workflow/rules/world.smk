@@ -6,6 +6,7 @@ if READS_WORLD:  # a study of real data and real weights without the sanity chec
             stale=provenance_checked("world"),
         output:
             card=WORLD,
+        threads: cpus_of("world")
         log:
             rooted("logs/world.log"),
         benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
@@ -22,6 +23,7 @@ rule backbone:
         stale=provenance_checked("backbone"),
     output:
         directory(BACKBONE),
+    threads: cpus_of("backbone")
     log:
         rooted("logs/backbone.log"),
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)

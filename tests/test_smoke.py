@@ -1,0 +1,87 @@
+"""The smoke study (`make smoke`): the demo at test size, current with params.yaml, planned whole, honest about itself.
+
+The full run is `make smoke` (CI runs it on a clean clone: .ci/run); here: the config is what
+`python -m dear.docs` writes from params.yaml, it passes `dear check`, Snakemake plans every stage
+of every protocol for every method of the demo, each study's output root is git-ignored, and a
+report of a tiny-backbone run says its numbers mean nothing and states the shots used.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from dear.check import check_file
+from dear.docs.smoke import PATH, smoke_text
+from dear.io import write_parquet
+from dear.params import load_params
+from dear.stages.report import notes
+from tests.engines import BIN, ROOT, engine_env, make_project
+
+
+def test_the_smoke_config_is_written_from_params_yaml():
+    assert (ROOT / PATH).read_text() == smoke_text(ROOT), "stale: run `python -m dear.docs`"
+
+
+def test_the_smoke_study_runs_the_demo_s_methods_and_every_protocol():
+    smoke, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (PATH, "params.yaml"))
+    assert smoke["study"]["methods"] == demo["study"]["methods"] and smoke["train"] == demo["train"]
+    transfer = smoke["study"]["transfer"]
+    assert smoke["study"]["base_to_novel"] and transfer["cross_dataset"] and transfer["domain_generalization"]
+    assert smoke["model"]["arch"] == "dear-world-tiny" and smoke["output_root"] != demo["output_root"]
+    assert check_file(ROOT / PATH)[1] == []
+
+
+def test_every_config_s_output_root_but_the_demo_s_is_git_ignored():
+    for config in sorted((ROOT / "configs").glob("*.yaml")):
+        root = yaml.safe_load(config.read_text())["output_root"]
+        probe = f"{root}/report/results.md"
+        ignored = subprocess.run(["git", "check-ignore", "-q", probe], cwd=ROOT).returncode == 0
+        assert ignored, f"{probe} ({config.name}'s output) is not git-ignored: add /{root}/ to .gitignore"
+
+
+def test_make_smoke_runs_the_smoke_config_and_the_readme_names_it_beside_make_demo():
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"--configfile {PATH}" in makefile.partition("\nsmoke:")[2].partition("\n\n")[0]
+    readme = (ROOT / "README.md").read_text()
+    assert "make smoke" in readme.partition("## Three commands")[2].partition("\n## ")[0]
+
+
+@pytest.mark.slow
+def test_snakemake_plans_every_stage_of_every_protocol_of_the_smoke_study(tmp_path):
+    project = make_project(tmp_path / "project", (ROOT / "params.yaml").read_text())
+    result = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "--configfile", PATH], cwd=project,
+                            env=engine_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    counts = {}
+    for line in result.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            counts[parts[0]] = int(parts[1])
+    methods = len(load_params(ROOT / PATH).study.methods)
+    assert {rule: counts.get(rule) for rule in ("world", "backbone", "prepare", "profile", "report")} == \
+        {"world": 1, "backbone": 1, "prepare": 3, "profile": 1, "report": 1}
+    for rule in ("train", "fuse", "evaluate", "train_transfer", "fuse_transfer", "evaluate_transfer"):
+        assert counts.get(rule) == methods, (rule, counts)
+
+
+def _train_log(path: Path, shots: list[int]) -> Path:
+    path.parent.mkdir(parents=True)
+    table = pa.table({"step": pa.array([0], pa.int64()), "loss": pa.array([1.0], pa.float64())})
+    write_parquet(path, table, table.schema, {"shots_per_class": shots})
+    return path
+
+
+def test_a_smoke_report_says_its_numbers_mean_nothing_and_every_report_states_the_shots_used(tmp_path):
+    smoke, demo = load_params(ROOT / PATH), load_params(ROOT / "params.yaml")
+    logs = [_train_log(tmp_path / "a/train_log.parquet", [2, 2]), _train_log(tmp_path / "b/train_log.parquet", [2, 2])]
+    said = notes(smoke, logs)
+    assert said[0].startswith("**These numbers mean nothing.** This run used `dear-world-tiny`")
+    assert said[1] == "Training shots per class: 2 (data.shots: 2)."
+    fewer = notes(demo, [_train_log(tmp_path / "c/train_log.parquet", [4, 16]), *logs])
+    assert fewer == ["Training shots per class: 2-16 (data.shots: 16); fewer where a dataset has fewer training "
+                     "images of a class, so this is not a 16-shot study."]
