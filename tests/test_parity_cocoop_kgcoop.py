@@ -155,14 +155,26 @@ def test_cocoop_scores_many_images_in_chunks_as_in_one_pass(clip, monkeypatch):
     torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-5)
 
 
-def test_cocoops_meta_net_reads_the_feature_in_its_own_precision(clip):
-    """fp16 (their PREC): meta_net.half() and a half context; the image feature is cast to the meta-net's dtype."""
-    ours = create("cocoop", Backbone(clip), recipe("cocoop", demo=False))
-    reference = ours.logits(F.normalize(torch.randn(2, 1, 32), dim=-1), BASE)
-    for param in ours.parameters():
-        if param.requires_grad:
-            param.data = param.data.half()
-    assert ours.logits(F.normalize(torch.randn(2, 1, 32), dim=-1), BASE).shape == reference.shape
+def test_cocoop_in_fp16_is_their_half_meta_net_and_context():
+    """PREC fp16: CLIP as OpenAI's convert_weights, `meta_net.half()`, the context in half (their CLIP's dtype); the
+    fp32 image feature is read in the meta-net's dtype. Run on the CPU with the CUDA path forced, fp16 tolerance."""
+    from dear.device import Precision
+
+    model = create("cocoop", Backbone(tiny_clip(seed=3)), recipe("cocoop", demo=False))  # prepare converts its CLIP
+    images, labels = torch.randn(2, 3, 32, 32), torch.tensor([0, 2])
+    with torch.no_grad():
+        reference = model.logits(model.encode(model.image_prefix(images)), BASE)
+    precision = Precision("fp16", torch.device("cpu"))
+    precision.active = True  # as on CUDA
+    precision.prepare(model)
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float16}
+    with torch.no_grad():
+        half = model.logits(model.encode(model.image_prefix(images)).float(), BASE)
+    torch.testing.assert_close(half, reference, rtol=0, atol=0.05)
+    step = model.step(model.image_prefix(images), labels, BASE)
+    step.total.backward()
+    assert all(p.grad.dtype == torch.float16 and torch.isfinite(p.grad).all()
+               for p in model.parameters() if p.requires_grad)
 
 
 def test_cocoop_has_no_image_independent_class_features(clip):
