@@ -155,6 +155,25 @@ def test_cocoop_scores_many_images_in_chunks_as_in_one_pass(clip, monkeypatch):
     torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-5)
 
 
+def test_cocoop_runs_prompts_of_similar_length_together_as_one_pass_would(clip):
+    """Groups cut after their own last end-of-text: the same logits as one pass padded to the longest prompt."""
+    ours = create("cocoop", Backbone(clip), recipe("cocoop", demo=False))
+    moved(ours)
+    names = ["a rather long and unusual class name", "tree", "hot_dog", "sea_lion with a hat", "dog", "red car"]
+    restore, groups = ours._prompt_groups(names)
+    ends = [int(group.pool.max()) + 1 for group in groups]
+    assert [len(group.pool) for group in groups] == [2, 2, 2] and ends == sorted(ends) and ends[0] < ends[-1]
+    assert all(group.tokens.shape[1] == end for group, end in zip(groups, ends))
+    features = F.normalize(torch.randn(3, 1, 32), dim=-1)
+    with torch.no_grad():
+        grouped = ours.logits(features, names)
+        ours.LENGTH_GROUPS = 1
+        ours._cache.clear()
+        single = ours.logits(features, names)
+    assert ours._prompt_groups(names)[1][0].tokens.shape[1] == ends[-1]
+    torch.testing.assert_close(grouped, single, rtol=1e-5, atol=1e-5)
+
+
 def test_cocoop_in_fp16_is_their_half_meta_net_and_context():
     """PREC fp16: CLIP as OpenAI's convert_weights, `meta_net.half()`, the context in half (their CLIP's dtype); the
     fp32 image feature is read in the meta-net's dtype. Run on the CPU with the CUDA path forced, fp16 tolerance."""
