@@ -7,7 +7,7 @@ Rows (goal in brackets):
 - backbone pretraining step / the same step on torch's default AdamW and attention kernel
 - profile pass / plain encode_image on the same images and model            [<= 1.5]
 - DeAR step with role masks / the same step with every head Mixed            [<= 1.25]
-- DeAR step / CoOp step
+- DeAR, CoCoOp and KgCoOp step / CoOp step (the same batch), and their trainable parameters
 - evaluation throughput (dear evaluate's image path) / plain encode_image    [>= 0.9]
 - a later seed's evaluation (the first seed's frozen image blocks kept) / the first seed's [< 1]
 - DeAR step time and memory at 10, 100 and 1000 classes
@@ -180,13 +180,17 @@ def main() -> None:
         ("profile pass / plain encode_image", f"{profile['ratio']:.2f}x ({profile['images_per_s']:.0f} img/s)", "<= 1.5"),
         ("DeAR masked step / all-Mixed step", f"{masked / mixed:.2f}x ({1 / masked:.1f} steps/s)", "<= 1.25"),
         ("DeAR step / CoOp step", f"{masked / coop:.2f}x", "-"),
+        *[(f"{title} step / CoOp step (same batch{note})", f"{steps[name]['median_s'] / coop:.2f}x", "-")
+          for name, title, note in (("cocoop", "CoCoOp", ": its cost per image, its recipe trains at batch 1"),
+                                    ("kgcoop", "KgCoOp", ""))],
         ("DeAR step while the tokens fade in / after", f"{steps['dear_fading']['median_s'] / masked:.2f}x", "-"),
         ("evaluation / plain encode_image throughput", f"{evaluate['ratio']:.2f}x ({evaluate['images_per_s']:.0f} img/s)", ">= 0.9"),
         *[(f"evaluation of a later seed / the first ({name}: frozen blocks kept)", f"{ratio:.2f}x", "< 1")
           for name, ratio in evaluate["reuse"].items()],
         *[(f"DeAR step at {row['classes']} classes", f"{row['step_s'] * 1000:.0f} ms, +{row['step_mb']:.0f} MB "
            f"(peak {row['peak_mb']:.0f} MB)", "grows with classes, not depth") for row in grow],
-        ("trainable parameters: DeAR / CoOp", f"{steps['dear']['trainable']:,} / {steps['coop']['trainable']:,}", "-"),
+        ("trainable parameters: DeAR / CoCoOp / KgCoOp / CoOp",
+         " / ".join(f"{steps[name]['trainable']:,}" for name in ("dear", "cocoop", "kgcoop", "coop")), "-"),
         *[(f"no-op `{name}` (prepare fan-out)", f"{engines[name]:.2f} s, nothing rerun: "
            f"{'yes' if engines[name + '_quiet'] else 'NO'}", "<= 3 s") for name in ("snakemake", "dvc")],
         *job_overhead.rows(overhead),

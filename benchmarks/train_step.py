@@ -1,7 +1,8 @@
-"""Training-step cost of DeAR (role masks) against all-Mixed DeAR and CoOp, and its growth with classes.
+"""Training-step cost of each method against CoOp's, of DeAR (role masks) against all-Mixed DeAR, and its growth with classes.
 
 Also DeAR while its tokens fade in (`train.fade_in_epochs`: the first epoch, weight 0.5
-here) against DeAR after it.
+here) against DeAR after it. Every method steps the same batch (CoCoOp's recipe trains
+at batch 1: at an equal batch the ratio is its cost per image).
 
 Every configuration runs the trainer's own step (`dear.train.trainer.loss_of_batch` + `update`) on
 the same random-weight model and the same random batch, in a fresh process so that its peak
@@ -83,14 +84,20 @@ def backbone(arch: str):
     return open_clip.create_model(arch, pretrained=None), open_clip.get_tokenizer(arch)
 
 
-def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, device: str) -> dict:
-    """dear, dear_nomask, coop and dear while fading in, on one frozen model, stepped in turn so machine load hits all alike."""
+COMPARED = ("dear", "dear_nomask", "coop", "cocoop", "kgcoop")  # the interleaved comparison's methods (CoOp: the baseline)
+
+
+def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, device: str,
+                methods: tuple[str, ...] = COMPARED) -> dict:
+    """`methods` (and dear while fading in, when dear is one) on one frozen model, stepped in turn so machine load
+    hits all alike."""
     import torch
 
     model, tokenizer = backbone(arch)
-    benches = {name: Bench(model, tokenizer, name, classes, batch, device) for name in ("dear", "dear_nomask", "coop")}
-    benches["dear_fading"] = Bench(model, tokenizer, "dear", classes, batch, device)
-    benches["dear_fading"].model.fade = 0.5
+    benches = {name: Bench(model, tokenizer, name, classes, batch, device) for name in methods}
+    if "dear" in methods:
+        benches["dear_fading"] = Bench(model, tokenizer, "dear", classes, batch, device)
+        benches["dear_fading"].model.fade = 0.5
     times = {name: [] for name in benches}
     for index in range(warmup + rounds):
         for name, bench in benches.items():
@@ -161,7 +168,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="ViT-B-16", help="open_clip architecture (random weights)")
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the three methods (ratio part)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the methods (ratio part)")
+    parser.add_argument("--methods", default=",".join(COMPARED), help="methods of the ratio part (must hold dear, "
+                        "dear_nomask and coop)")
     parser.add_argument("--steps", type=int, default=2, help="measured steps per scaling configuration")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--classes", default="10,100,1000", help="class counts of the scaling rows (first = ratio part)")
@@ -174,7 +183,8 @@ def main() -> None:
         print(json.dumps(one(args.arch, name, int(classes), args.batch, args.steps, args.warmup, args.device)))
         return
     counts = [int(c) for c in args.classes.split(",")]
-    ratios = interleaved(args.arch, counts[0], args.batch, args.rounds, args.warmup, args.device)
+    ratios = interleaved(args.arch, counts[0], args.batch, args.rounds, args.warmup, args.device,
+                         tuple(args.methods.split(",")))
     scaling = [spawn(args, "dear", c) for c in counts] + [spawn(args, "coop", int(c)) for c in args.coop_classes.split(",")]
     report(args, counts[0], ratios, scaling)
 
@@ -182,11 +192,13 @@ def main() -> None:
 def report(args, base: int, ratios: dict, scaling: list[dict]) -> None:
     print(f"{args.arch}, batch {args.batch}, {args.device}, {ratios['threads']} threads")
     print(f"-- same model, same batch, {base} classes, {args.rounds} interleaved rounds after {args.warmup} warm-up")
-    print(f"{'method':<12} {'median s':>9} {'min s':>8} {'steps/s':>8} {'trainable':>11}")
-    for name in ("dear", "dear_nomask", "coop"):
-        r = ratios[name]
-        print(f"{name:<12} {r['median_s']:>9.3f} {r['min_s']:>8.3f} {1 / r['median_s']:>8.2f} {r['trainable']:>11,}")
     masked, mixed, coop = ratios["dear"], ratios["dear_nomask"], ratios["coop"]
+    print(f"{'method':<12} {'median s':>9} {'min s':>8} {'steps/s':>8} {'trainable':>11} {'step / CoOp':>12} "
+          f"{'params / CoOp':>14}")
+    for name in [n for n in ratios if n not in ("threads", "dear_fading")]:
+        r = ratios[name]
+        print(f"{name:<12} {r['median_s']:>9.3f} {r['min_s']:>8.3f} {1 / r['median_s']:>8.2f} {r['trainable']:>11,} "
+              f"{r['median_s'] / coop['median_s']:>11.2f}x {r['trainable'] / coop['trainable']:>13.2f}x")
     print(f"DeAR masked / all-Mixed: {masked['median_s'] / mixed['median_s']:.2f}x median, "
           f"{masked['min_s'] / mixed['min_s']:.2f}x min (target <= 1.25x)")
     print(f"DeAR masked / CoOp:      {masked['median_s'] / coop['median_s']:.2f}x median, {masked['min_s'] / coop['min_s']:.2f}x min")

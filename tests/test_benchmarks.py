@@ -15,8 +15,9 @@ def _script(name: str):
 
 def test_the_training_step_benchmark_steps_every_method_it_compares():
     result = _script("train_step").interleaved("dear-world-tiny", classes=4, batch=2, rounds=1, warmup=0, device="cpu")
-    assert {"dear", "dear_nomask", "coop", "dear_fading"} <= result.keys()
-    assert all(result[name]["median_s"] > 0 and result[name]["trainable"] > 0 for name in ("dear", "dear_nomask", "coop"))
+    compared = ("dear", "dear_nomask", "coop", "cocoop", "kgcoop")
+    assert {*compared, "dear_fading"} <= result.keys()
+    assert all(result[name]["median_s"] > 0 and result[name]["trainable"] > 0 for name in compared)
 
 
 def test_the_evaluation_benchmark_times_a_later_seed_against_the_first():

@@ -28,6 +28,8 @@ class Entry:
 REGISTRY: dict[str, Entry] = {
     "zeroshot": Entry("zeroshot", "zeroshot", "zero-shot CLIP with the hand-written prompt"),
     "coop": Entry("coop", "coop", "CoOp: learned context before the class name"),
+    "cocoop": Entry("cocoop", "cocoop", "CoCoOp: CoOp's context shifted per image by a meta-network"),
+    "kgcoop": Entry("kgcoop", "kgcoop", "KgCoOp: CoOp's context kept near the hand-written prompt's features"),
     "mmrl": Entry("mmrl", "mmrl", "MMRL: representation tokens in both towers"),
     "dear_nomask": Entry("dear", "dear", "DeAR without its role mask (the ablation)"),
     "dear": Entry("dear", "dear", "DeAR: attribute tokens behind a per-head role mask"),
