@@ -28,6 +28,7 @@ class Entry:
 REGISTRY: dict[str, Entry] = {
     "zeroshot": Entry("zeroshot", "zeroshot", "zero-shot CLIP with the hand-written prompt"),
     "coop": Entry("coop", "coop", "CoOp: learned context before the class name"),
+    "maple": Entry("maple", "maple", "MaPLe: deep prompts in both towers, the image's coupled to the text's"),
     "mmrl": Entry("mmrl", "mmrl", "MMRL: representation tokens in both towers"),
     "dear_nomask": Entry("dear", "dear", "DeAR without its role mask (the ablation)"),
     "dear": Entry("dear", "dear", "DeAR: attribute tokens behind a per-head role mask"),
