@@ -58,8 +58,8 @@ def their_maple(clip, parts, classnames, images):
     ctx, proj, compound_text, compound_projections = parts
     n = ctx.shape[0]
     # MultiModalPromptLearner.forward: SOS, ctx, the suffix of "a photo of a {name}." after position n
-    tokenized = tokenize([f"a photo of a {name.replace('_', ' ')}." for name in classnames])
-    embedding = clip.token_embedding(tokenized)
+    tokenized = tokenize([f"a photo of a {name.replace('_', ' ')}." for name in classnames]).to(ctx.device)
+    embedding = clip.token_embedding(tokenized).to(ctx.dtype)  # `.type(dtype)`
     prompts = torch.cat([embedding[:, :1], ctx.expand(len(classnames), -1, -1), embedding[:, 1 + n:]], 1)
     shared_ctx = proj(ctx)
     visual_deep = [layer(prompt) for layer, prompt in zip(compound_projections, compound_text)]
@@ -71,11 +71,11 @@ def their_maple(clip, parts, classnames, images):
 def their_text(clip, prompts, eot, deep, n):
     """TextEncoder over ResidualAttentionBlock_MaPLe: blocks after the first replace positions 1..n with the next
     deep prompt while any is left (`counter`)."""
-    x = prompts + clip.positional_embedding
+    x = prompts + clip.positional_embedding.to(prompts.dtype)
     counter = 0
     for index, block in enumerate(clip.transformer.resblocks):
         if index > 0 and counter < len(deep):
-            x = torch.cat([x[:, :1], deep[counter].expand(x.shape[0], -1, -1), x[:, 1 + n:]], 1)
+            x = torch.cat([x[:, :1], deep[counter].to(x.dtype).expand(x.shape[0], -1, -1), x[:, 1 + n:]], 1)
             counter += 1
         x = block(x, attn_mask=clip.attn_mask)
     return clip.ln_final(x)[torch.arange(x.shape[0]), eot] @ clip.text_projection
@@ -83,15 +83,18 @@ def their_text(clip, prompts, eot, deep, n):
 
 def their_image(clip, images, shared_ctx, deep, n):
     """VisionTransformer_MaPLe.forward: the shared prompts appended after the patches before ln_pre; blocks after
-    the first replace the last n tokens with the next deep prompt while any is left; ln_post of CLS, proj."""
+    the first replace the last n tokens with the next deep prompt while any is left; ln_post of CLS, proj.
+    Prompts are cast to the tower's dtype where they enter (their `.half()`, which under PREC fp32 or amp would
+    also round them to half: the fp32 runs here do not)."""
     visual = clip.visual
-    x = visual.conv1(images).flatten(2).transpose(1, 2)  # [B, N, D]
-    x = torch.cat([visual.class_embedding.expand(x.shape[0], 1, -1), x], 1) + visual.positional_embedding
-    x = visual.ln_pre(torch.cat([x, shared_ctx.expand(x.shape[0], -1, -1)], 1))
+    x = visual.conv1(images.to(visual.conv1.weight.dtype)).flatten(2).transpose(1, 2)  # [B, N, D]
+    x = torch.cat([visual.class_embedding.to(x.dtype).expand(x.shape[0], 1, -1), x], 1)
+    x = x + visual.positional_embedding.to(x.dtype)
+    x = visual.ln_pre(torch.cat([x, shared_ctx.to(x.dtype).expand(x.shape[0], -1, -1)], 1))
     counter = 0
     for index, block in enumerate(visual.transformer.resblocks):
         if index > 0 and counter < len(deep):
-            x = torch.cat([x[:, :x.shape[1] - n], deep[counter].expand(x.shape[0], -1, -1)], 1)
+            x = torch.cat([x[:, :x.shape[1] - n], deep[counter].to(x.dtype).expand(x.shape[0], -1, -1)], 1)
             counter += 1
         x = block(x)
     return visual.ln_post(x[:, 0]) @ visual.proj
@@ -194,6 +197,26 @@ def test_fp16_keeps_the_deep_prompts_and_their_couplings_in_fp32(batch):
     step = ours.step(ours.image_prefix(images.half()), labels, BASE)
     step.total.backward()
     assert torch.isfinite(step.total) and all(p.grad is not None for p in ours.parameters() if p.requires_grad)
+
+
+@pytest.mark.gpu
+def test_fp16_on_cuda_matches_maples_fp16_code(batch):
+    """PREC fp16 on CUDA, through the trainer's Precision: the same logits and loss as their fp16 arithmetic."""
+    from dear.model.internals import half_precision
+
+    device = torch.device("cuda")
+    clip = tiny_clip(seed=3, layers=IMAGE_LAYERS, text_layers=TEXT_LAYERS, text_width=TEXT_WIDTH)
+    ours = Precision("fp16", device).prepare(maple(clip, 3).to(device))
+    theirs = [_leaf(ours.context), _linear_copy(ours.coupling).to(device).half(),  # ctx fp16, `self.proj.half()`
+              [_leaf(p) for p in ours.deep_text], [_linear_copy(layer).to(device) for layer in ours.deep_coupling]]
+    images, labels = (t.to(device) for t in batch)
+    step = ours.step(ours.image_prefix(images), labels, BASE)
+    expected = their_maple(half_precision(clip), theirs, BASE, images)  # CLIP as OpenAI's fp16 build_model
+    assert expected.dtype == torch.float16
+    torch.testing.assert_close(step.logits, expected.float(), rtol=1e-2, atol=2e-2)
+    torch.testing.assert_close(step.total, F.cross_entropy(expected, labels).float(), rtol=1e-2, atol=1e-2)
+    step.total.backward()
+    assert ours.context.grad.dtype == torch.float16 and ours.deep_text[0].grad.dtype == torch.float32
 
 
 # --- the prompt ------------------------------------------------------------------------------
