@@ -8,6 +8,8 @@ from typer.testing import CliRunner
 
 from dear.cli import app
 from dear.io import read_provenance
+from dear.params import load_params
+from tests.fake_run import ROOT
 from tests.fake_coop import make_fake_dataset, write_params
 
 PIPELINE = ["world", "backbone", "prepare", "profile", "train", "fuse", "evaluate", "report"]
@@ -88,3 +90,25 @@ def test_bad_set_is_one_line_like_a_bad_params_file_and_writes_nothing(fake, tmp
     assert result.output.count("\n") == 1 and result.output.startswith("error: ")
     assert expected in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_dear_recipe_shows_every_job_with_the_source_of_every_value(tmp_path):
+    """The paper config: every job, every value the authors'; the demo: its changes marked as ours."""
+    import json
+
+    result = CliRunner().invoke(app, ["recipe", "--params", str(ROOT / "configs/paper-vitb16.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    jobs = json.loads(result.stdout)
+    params = load_params(ROOT / "configs/paper-vitb16.yaml")
+    assert len(jobs) == len(params.study.methods) * (len(params.study.base_to_novel) + 1)
+    coop = next(j for j in jobs if j["method"] == "coop" and j["dataset"] == "imagenet" and j["protocol"] == "transfer")
+    assert coop["settings"]["epochs"] == {"value": 50, "kind": "authors",
+                                         "source": "KaiyangZhou/CoOp@ff61507 configs/trainers/CoOp/vit_b16_ep50_ctxv1.yaml"}
+    assert coop["prompts"] == ["X X X X golden retriever.", "X X X X sea lion."]
+    shown = CliRunner().invoke(app, ["recipe", "--params", str(ROOT / "params.yaml"), "--method", "mmrl",
+                                     "--dataset", "world_objects", "--protocol", "base_to_novel"])
+    assert shown.exit_code == 0, shown.output
+    epochs = next(line for line in shown.stdout.splitlines() if line.strip().startswith("*epochs"))
+    assert "ours: train.recipes.mmrl.epochs (authors: 10)" in epochs
+    nothing = CliRunner().invoke(app, ["recipe", "--params", str(ROOT / "params.yaml"), "--dataset", "nope"])
+    assert nothing.exit_code == 1 and nothing.stderr.count("error:") == 1 and "--dataset nope" in nothing.stderr

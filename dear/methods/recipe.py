@@ -157,6 +157,17 @@ def load(name: str) -> RecipeFile:
                       trains=bool(base))
 
 
+def recipe_files(name: str) -> list[str]:
+    """`dear/methods/recipes/<name>.yaml` and the files its `base` and `inherit` read, in that order."""
+    raw = yaml.safe_load((FOLDER / f"{name}.yaml").read_text())
+    parents = [raw["base"]] if raw.get("base") else []
+    parents += [raw["inherit"]["recipe"]] if raw.get("inherit") else []
+    found = [f"dear/methods/recipes/{name}.yaml"]
+    for parent in parents:
+        found += [f for f in recipe_files(parent) if f not in found]
+    return found
+
+
 def _inherited(layers, wanted: set[str], parent: str) -> tuple[Layer, ...]:
     """`layers` cut to the keys in `wanted`, restated as our choice of the parent's values."""
     kept = []
@@ -195,6 +206,7 @@ class Recipe:
     dataset: str
     protocol: str  # base_to_novel | transfer
     settings: dict[str, Setting] = field(repr=False)
+    keys_read: tuple[str, ...] = ()  # the config's dotted keys that reached this run (its key-level dependencies)
 
     def __getattr__(self, key: str) -> Any:
         settings = self.__dict__.get("settings", {})
@@ -220,6 +232,10 @@ class Recipe:
                                    **({"authors": s.authors} if s.differs else {})}
                              for key, s in self.settings.items()}}
 
+    def files(self) -> list[str]:
+        """The recipe files (relative to the package) this recipe is read from: its own, its base, what it inherits."""
+        return recipe_files(self.recipe)
+
     @classmethod
     def from_dict(cls, data: dict) -> "Recipe":
         settings = {key: Setting(s["value"], s["source"], s["kind"], s.get("authors", NOT_SET))
@@ -242,10 +258,12 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str) -> Recipe:
         for key, value in layer.values.items():
             settings[key] = Setting(value, layer.source, layer.kind)
     authors = {key: s for key, s in settings.items()}
+    read = []
     for where, block in _override_blocks(recipes, spec.name, dataset, protocol):
         for key, value in block.items():
             if key not in spec.keys:
                 continue  # an `all` key this recipe does not have
+            read.append(f"{where}.{key}")
             known = authors.get(key)
             value = spec.keys[key].cast(value)
             if known is not None and known.value == value and known.kind != "ours":
@@ -257,7 +275,7 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str) -> Recipe:
     if missing:
         raise DearError(f"{FOLDER / spec.name}.yaml: no value for {missing}; every key needs a default layer")
     order = list(spec.keys)
-    return Recipe(method, spec.name, dataset, protocol, {key: settings[key] for key in order})
+    return Recipe(method, spec.name, dataset, protocol, {key: settings[key] for key in order}, tuple(read))
 
 
 def _override_blocks(recipes: dict, name: str, dataset: str, protocol: str):
