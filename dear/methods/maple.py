@@ -15,6 +15,9 @@ ViT-B/16). The towers (their ResidualAttentionBlock_MaPLe), through `dear.method
   appending ln_pre(coupling(context)) to the frozen prefix is the same; replaced at layers 2..J; the CLS feature
   (ln_post, proj) is the image feature.
 Loss: CE of CLIP's logit scale x cosine; the same forward at test time, on any class list.
+Precision: under PREC fp16 (theirs; on CUDA) the context and coupling are half, the deep prompts and their couplings
+fp32 (`half_parameters`). Their code casts every prompt to half where it enters (`.half()`) whatever PREC says, so
+their fp32 and amp runs see prompts rounded to half; ours do not (CPU always runs fp32).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ MAX_INIT_WORDS = 4  # `if ctx_init and n_ctx <= 4`: words start the context; pas
 
 
 class MaPLe(CoOp):
+    """CoOp's context and loss, plus deep text prompts and the coupled image prompts (see the module doc)."""
+
     def build(self, roles) -> None:
         r = self.recipe
         self.depth = _checked_depth(r.prompt_depth, self.vision.layers, self.text.layers)
