@@ -1,5 +1,7 @@
 """Training-step cost of each method against CoOp's, of DeAR (role masks) against all-Mixed DeAR, and its growth with classes.
 
+Also any other registered method (`--methods`) against CoOp: step time and trainable parameters.
+
 Also DeAR while its tokens fade in (`train.fade_in_epochs`: the first epoch, weight 0.5
 here) against DeAR after it. Every method steps the same batch (CoCoOp's recipe trains
 at batch 1: at an equal batch the ratio is its cost per image).
@@ -12,6 +14,7 @@ memory and the memory the step adds on top of the loaded model.
 
     python benchmarks/train_step.py                       # ViT-B-16, batch 4, CPU
     python benchmarks/train_step.py --arch dear-world --batch 8 --classes 10,100,1000
+    python benchmarks/train_step.py --arch dear-world --methods dear,coop,maple --set maple.prompt_depth=3
 """
 
 from __future__ import annotations
@@ -32,13 +35,15 @@ ROOT = Path(__file__).resolve().parent.parent
 class Bench:
     """One method's adapted model, optimizer and fixed batch on a shared frozen CLIP; `step()` runs one training step."""
 
-    def __init__(self, model, tokenizer, method_name: str, classes: int, batch: int, device: str):
+    def __init__(self, model, tokenizer, method_name: str, classes: int, batch: int, device: str,
+                 changes: dict | None = None):
         import torch
 
         from types import SimpleNamespace
 
         from dear import device as devices
         from dear.methods import create
+        from dear.methods.recipe import resolve
         from dear.model import internals
         from dear.params import load_params
         from dear.train.data import Schedule
@@ -46,7 +51,9 @@ class Bench:
 
         params = load_params(ROOT / "params.yaml")
         tower = internals.vision_tower(model)
-        recipe = params.train.recipe(method_name, "world_objects", "base_to_novel")
+        recipes = {**params.train.recipes, **{name: {**(params.train.recipes.get(name) or {}), **keys}
+                                              for name, keys in (changes or {}).items()}}
+        recipe = resolve(recipes, method_name, "world_objects", "base_to_novel")
         roles = bench_roles(tower.layers, tower.heads) if method_name == "dear" else None
         backbone = SimpleNamespace(model=model, tokenizer=tokenizer)
         self.model = create(method_name, backbone, recipe, roles, seed=1).to(device).train()
@@ -84,19 +91,19 @@ def backbone(arch: str):
     return open_clip.create_model(arch, pretrained=None), open_clip.get_tokenizer(arch)
 
 
-COMPARED = ("dear", "dear_nomask", "coop", "cocoop", "kgcoop")  # the interleaved comparison's methods (CoOp: the baseline)
+METHODS = ("dear", "dear_nomask", "coop", "cocoop", "kgcoop", "maple")  # CoOp: the baseline
 
 
 def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, device: str,
-                methods: tuple[str, ...] = COMPARED) -> dict:
-    """`methods` (and dear while fading in, when dear is one) on one frozen model, stepped in turn so machine load
-    hits all alike."""
+                methods=METHODS, changes: dict | None = None) -> dict:
+    """`methods` (and dear while fading in, with dear) on one frozen model, stepped in turn so machine load hits all
+    alike; `changes`: {recipe: {key: value}} on top of params.yaml's recipes."""
     import torch
 
     model, tokenizer = backbone(arch)
-    benches = {name: Bench(model, tokenizer, name, classes, batch, device) for name in methods}
+    benches = {name: Bench(model, tokenizer, name, classes, batch, device, changes) for name in methods}
     if "dear" in methods:
-        benches["dear_fading"] = Bench(model, tokenizer, "dear", classes, batch, device)
+        benches["dear_fading"] = Bench(model, tokenizer, "dear", classes, batch, device, changes)
         benches["dear_fading"].model.fade = 0.5
     times = {name: [] for name in benches}
     for index in range(warmup + rounds):
@@ -169,13 +176,14 @@ def main() -> None:
     parser.add_argument("--arch", default="ViT-B-16", help="open_clip architecture (random weights)")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the methods (ratio part)")
-    parser.add_argument("--methods", default=",".join(COMPARED), help="methods of the ratio part (must hold dear, "
-                        "dear_nomask and coop)")
     parser.add_argument("--steps", type=int, default=2, help="measured steps per scaling configuration")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--classes", default="10,100,1000", help="class counts of the scaling rows (first = ratio part)")
     parser.add_argument("--coop-classes", default="10,100", help="class counts of CoOp's scaling rows")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--methods", default=",".join(METHODS), help="methods of the ratio part (CoOp: the baseline)")
+    parser.add_argument("--set", action="append", default=[], metavar="RECIPE.KEY=VALUE",
+                        help="change a recipe of params.yaml for this run (a YAML value), e.g. maple.prompt_depth=3")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -183,28 +191,44 @@ def main() -> None:
         print(json.dumps(one(args.arch, name, int(classes), args.batch, args.steps, args.warmup, args.device)))
         return
     counts = [int(c) for c in args.classes.split(",")]
-    ratios = interleaved(args.arch, counts[0], args.batch, args.rounds, args.warmup, args.device,
-                         tuple(args.methods.split(",")))
+    methods = args.methods.split(",")
+    ratios = interleaved(args.arch, counts[0], args.batch, args.rounds, args.warmup, args.device, methods,
+                         recipe_changes(args.set))
     scaling = [spawn(args, "dear", c) for c in counts] + [spawn(args, "coop", int(c)) for c in args.coop_classes.split(",")]
     report(args, counts[0], ratios, scaling)
+
+
+def recipe_changes(settings: list[str]) -> dict:
+    """["maple.prompt_depth=3", ...] -> {"maple": {"prompt_depth": 3}}."""
+    import yaml
+
+    changes: dict = {}
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        recipe, _, name = key.partition(".")
+        changes.setdefault(recipe, {})[name] = yaml.safe_load(value)
+    return changes
 
 
 def report(args, base: int, ratios: dict, scaling: list[dict]) -> None:
     print(f"{args.arch}, batch {args.batch}, {args.device}, {ratios['threads']} threads")
     print(f"-- same model, same batch, {base} classes, {args.rounds} interleaved rounds after {args.warmup} warm-up")
-    masked, mixed, coop = ratios["dear"], ratios["dear_nomask"], ratios["coop"]
+    methods = [name for name in ratios if name not in ("threads", "dear_fading")]
+    coop = ratios["coop"]
     print(f"{'method':<12} {'median s':>9} {'min s':>8} {'steps/s':>8} {'trainable':>11} {'step / CoOp':>12} "
           f"{'params / CoOp':>14}")
-    for name in [n for n in ratios if n not in ("threads", "dear_fading")]:
+    for name in methods:
         r = ratios[name]
         print(f"{name:<12} {r['median_s']:>9.3f} {r['min_s']:>8.3f} {1 / r['median_s']:>8.2f} {r['trainable']:>11,} "
               f"{r['median_s'] / coop['median_s']:>11.2f}x {r['trainable'] / coop['trainable']:>13.2f}x")
-    print(f"DeAR masked / all-Mixed: {masked['median_s'] / mixed['median_s']:.2f}x median, "
-          f"{masked['min_s'] / mixed['min_s']:.2f}x min (target <= 1.25x)")
-    print(f"DeAR masked / CoOp:      {masked['median_s'] / coop['median_s']:.2f}x median, {masked['min_s'] / coop['min_s']:.2f}x min")
-    fading = ratios["dear_fading"]
-    print(f"DeAR fading in / after:  {fading['median_s'] / masked['median_s']:.2f}x median, "
-          f"{fading['min_s'] / masked['min_s']:.2f}x min (the first epoch only)")
+    if "dear" in ratios and "dear_nomask" in ratios:
+        masked, mixed, fading = ratios["dear"], ratios["dear_nomask"], ratios["dear_fading"]
+        print(f"DeAR masked / all-Mixed: {masked['median_s'] / mixed['median_s']:.2f}x median, "
+              f"{masked['min_s'] / mixed['min_s']:.2f}x min (target <= 1.25x)")
+        print(f"DeAR masked / CoOp:      {masked['median_s'] / coop['median_s']:.2f}x median, "
+              f"{masked['min_s'] / coop['min_s']:.2f}x min")
+        print(f"DeAR fading in / after:  {fading['median_s'] / masked['median_s']:.2f}x median, "
+              f"{fading['min_s'] / masked['min_s']:.2f}x min (the first epoch only)")
     print(f"-- one process per row: median of {args.steps} steps after {args.warmup} warm-up; memory = peak, and above the loaded model")
     print(f"{'method':<12} {'classes':>7} {'s/step':>8} {'steps/s':>8} {'peak MB':>8} {'step MB':>8}")
     for r in scaling:

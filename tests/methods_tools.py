@@ -6,7 +6,7 @@ import open_clip
 import yaml
 
 from dear.methods import create
-from dear.methods.recipe import resolve
+from dear.methods.recipe import load, resolve
 from dear.model.masks import HeadRole
 from tests import fake_run
 
@@ -31,13 +31,15 @@ def demo_recipes() -> dict:
 
 
 def recipe(name: str, dataset: str = "world_objects", protocol: str = "base_to_novel", demo: bool = True, **changes):
-    """The recipe of `name` (the demo's, or its authors' with demo=False) with a small token bank and `changes`."""
+    """The recipe of `name` (the demo's, or its authors' with demo=False) with a small token bank, prompts as deep as
+    a tiny CLIP's text tower, and `changes`."""
     from dear.methods import entry
 
     recipes = demo_recipes() if demo else {}
     key = entry(name).recipe
     recipes.setdefault("all", {})["rep_dim"] = 16
-    recipes[key] = {**(recipes.get(key) or {}), **changes}
+    tiny = {"prompt_depth": 2} if "prompt_depth" in load(key).keys else {}  # a tiny CLIP's text tower: 2 layers
+    recipes[key] = {**(recipes.get(key) or {}), **tiny, **changes}
     return resolve(recipes, name, dataset, protocol)
 
 

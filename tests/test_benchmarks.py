@@ -39,3 +39,13 @@ def test_the_job_overhead_benchmark_measures_each_pair():
         f"a stage's imports as `dear` makes them / plain ({bench.STAGE}, then a full collection)",
         "load_backbone for a job's later seed / its first",
         "role-masked attention / the math kernel (a 3-D mask's fallback)"]
+
+
+def test_the_training_step_benchmark_compares_any_listed_method_with_coop():
+    bench = _script("train_step")
+    changes = bench.recipe_changes(["maple.prompt_depth=2"])
+    assert changes == {"maple": {"prompt_depth": 2}}  # dear-world-tiny: 2 text layers
+    result = bench.interleaved("dear-world-tiny", classes=4, batch=2, rounds=1, warmup=0, device="cpu",
+                               methods=["coop", "maple"], changes=changes)
+    assert {"coop", "maple"} <= result.keys() and "dear" not in result
+    assert result["maple"]["trainable"] > result["coop"]["trainable"] > 0 and result["maple"]["median_s"] > 0

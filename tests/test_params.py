@@ -144,6 +144,14 @@ def test_a_run_resolves_its_recipe_per_dataset_and_for_the_transfer_source():
     assert (same.value, same.kind) == (50, "authors") and same.source.endswith("vit_b16_ep50_ctxv1.yaml")
 
 
+def _trained_recipes() -> str:
+    """The recipes with Dassl's trainer keys (precision fp16 | amp | fp32 | bf16), as an error lists them."""
+    from dear.methods import REGISTRY
+    from dear.methods.recipe import load
+
+    return ", ".join(sorted(name for name in {entry.recipe for entry in REGISTRY.values()} if load(name).trains))
+
+
 @pytest.mark.parametrize("change,message", [
     ("train.recipes.mmrl.epoch=3", "train.recipes.mmrl.epoch: unknown recipe key; remove it or fix its spelling "
                                    "(did you mean epochs?)"),
@@ -153,7 +161,7 @@ def test_a_run_resolves_its_recipe_per_dataset_and_for_the_transfer_source():
     ("train.recipes.coop.template=x", "train.recipes.coop.template: unknown recipe key"),
     ("train.recipes.cocop={}", "train.recipes.cocop: no recipe named 'cocop'"),
     ("train.recipes.all.datasets.x.precision=fp8", "train.recipes.all.datasets.x.precision: must be one of "
-                                                   "fp16 | amp | fp32 | bf16 for coop, dear, mmrl, got 'fp8'"),
+                                                   f"fp16 | amp | fp32 | bf16 for {_trained_recipes()}, got 'fp8'"),
     ("train.recipes.all.precision=amp", "train.recipes.all.precision: must be one of fp16 | fp32 | bf16 for "
                                         "zeroshot, got 'amp'"),
     ("train.method=nope", "unknown method 'nope'"),

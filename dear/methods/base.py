@@ -145,6 +145,11 @@ class MethodModel(nn.Module):
         """The loss of one batch from its frozen prefix [B, 1+N, D] (and the untouched image feature, if needed)."""
         raise DearError(f"method {self.name} has nothing to train")
 
+    def half_parameters(self) -> list[nn.Parameter]:
+        """The learnable tensors a PREC fp16 run holds in half: all of them, unless the authors' code leaves some in
+        fp32 (MaPLe's deep prompts and their couplings)."""
+        return [p for p in self.parameters() if p.requires_grad]
+
     @property
     def trains(self) -> bool:
         return any(p.requires_grad for p in self.parameters())
