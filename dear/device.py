@@ -93,14 +93,13 @@ class Precision:
         return contextlib.nullcontext()
 
     def prepare(self, model):
-        """`model` (a method's, on its device) in this precision: for fp16, CLIP and the learnable tensors in half."""
+        """`model` (a method's, on its device) in this precision: for fp16, CLIP and its half learnable tensors in half."""
         if self.half:
             from dear.model import internals
 
             internals.half_precision(model.clip)
-            for param in model.parameters():
-                if param.requires_grad:
-                    param.data = param.data.half()
+            for param in model.half_learnable():
+                param.data = param.data.half()
         return model
 
     def describe(self) -> str:

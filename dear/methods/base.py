@@ -149,6 +149,11 @@ class MethodModel(nn.Module):
     def trains(self) -> bool:
         return any(p.requires_grad for p in self.parameters())
 
+    def half_learnable(self) -> list[nn.Parameter]:
+        """The learnable tensors fp16 precision trains in half: all of them unless a method's authors create some in
+        fp32 and cast them to half only where they enter a tower (PromptSRC's prompts; shared by such methods)."""
+        return [p for p in self.parameters() if p.requires_grad]
+
     def on_epoch_end(self, epoch: int, epochs: int) -> None:
         """Called by the trainer after each epoch's last step (PromptSRC's prompt averaging)."""
 
