@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 class Bench:
     """One method's adapted model, optimizer and fixed batch on a shared frozen CLIP; `step()` runs one training step."""
 
-    def __init__(self, model, tokenizer, method_name: str, classes: int, batch: int, device: str):
+    def __init__(self, model, tokenizer, method_name: str, classes: int, batch: int, device: str, sets=()):
         import torch
 
         from types import SimpleNamespace
@@ -43,7 +43,7 @@ class Bench:
         from dear.train.data import Schedule
         from dear.train.trainer import make_loop
 
-        params = load_params(ROOT / "params.yaml")
+        params = load_params(ROOT / "params.yaml", list(sets))  # sets: `dear --set` items, e.g. a recipe's depth
         tower = internals.vision_tower(model)
         recipe = params.train.recipe(method_name, "world_objects", "base_to_novel")
         roles = bench_roles(tower.layers, tower.heads) if method_name == "dear" else None
@@ -83,14 +83,18 @@ def backbone(arch: str):
     return open_clip.create_model(arch, pretrained=None), open_clip.get_tokenizer(arch)
 
 
-def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, device: str) -> dict:
-    """dear, dear_nomask, coop and dear while fading in, on one frozen model, stepped in turn so machine load hits all alike."""
+def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, device: str,
+                methods=("dear", "dear_nomask", "coop"), sets=()) -> dict:
+    """`methods`, coop (the baseline) and, with dear, dear while fading in, on one frozen model, stepped in turn
+    so machine load hits all alike."""
     import torch
 
     model, tokenizer = backbone(arch)
-    benches = {name: Bench(model, tokenizer, name, classes, batch, device) for name in ("dear", "dear_nomask", "coop")}
-    benches["dear_fading"] = Bench(model, tokenizer, "dear", classes, batch, device)
-    benches["dear_fading"].model.fade = 0.5
+    benches = {name: Bench(model, tokenizer, name, classes, batch, device, sets)
+               for name in dict.fromkeys([*methods, "coop"])}
+    if "dear" in benches:
+        benches["dear_fading"] = Bench(model, tokenizer, "dear", classes, batch, device, sets)
+        benches["dear_fading"].model.fade = 0.5
     times = {name: [] for name in benches}
     for index in range(warmup + rounds):
         for name, bench in benches.items():
@@ -167,6 +171,8 @@ def main() -> None:
     parser.add_argument("--classes", default="10,100,1000", help="class counts of the scaling rows (first = ratio part)")
     parser.add_argument("--coop-classes", default="10,100", help="class counts of CoOp's scaling rows")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--methods", default="dear,dear_nomask,coop", help="methods of the interleaved ratio part")
+    parser.add_argument("--set", action="append", default=[], help="a params change, as `dear --set` (repeatable)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -174,18 +180,13 @@ def main() -> None:
         print(json.dumps(one(args.arch, name, int(classes), args.batch, args.steps, args.warmup, args.device)))
         return
     counts = [int(c) for c in args.classes.split(",")]
-    ratios = interleaved(args.arch, counts[0], args.batch, args.rounds, args.warmup, args.device)
+    ratios = interleaved(args.arch, counts[0], args.batch, args.rounds, args.warmup, args.device,
+                         args.methods.split(","), args.set)
     scaling = [spawn(args, "dear", c) for c in counts] + [spawn(args, "coop", int(c)) for c in args.coop_classes.split(",")]
     report(args, counts[0], ratios, scaling)
 
 
-def report(args, base: int, ratios: dict, scaling: list[dict]) -> None:
-    print(f"{args.arch}, batch {args.batch}, {args.device}, {ratios['threads']} threads")
-    print(f"-- same model, same batch, {base} classes, {args.rounds} interleaved rounds after {args.warmup} warm-up")
-    print(f"{'method':<12} {'median s':>9} {'min s':>8} {'steps/s':>8} {'trainable':>11}")
-    for name in ("dear", "dear_nomask", "coop"):
-        r = ratios[name]
-        print(f"{name:<12} {r['median_s']:>9.3f} {r['min_s']:>8.3f} {1 / r['median_s']:>8.2f} {r['trainable']:>11,}")
+def dear_ratios(ratios: dict) -> None:
     masked, mixed, coop = ratios["dear"], ratios["dear_nomask"], ratios["coop"]
     print(f"DeAR masked / all-Mixed: {masked['median_s'] / mixed['median_s']:.2f}x median, "
           f"{masked['min_s'] / mixed['min_s']:.2f}x min (target <= 1.25x)")
@@ -193,6 +194,24 @@ def report(args, base: int, ratios: dict, scaling: list[dict]) -> None:
     fading = ratios["dear_fading"]
     print(f"DeAR fading in / after:  {fading['median_s'] / masked['median_s']:.2f}x median, "
           f"{fading['min_s'] / masked['min_s']:.2f}x min (the first epoch only)")
+
+
+def report(args, base: int, ratios: dict, scaling: list[dict]) -> None:
+    print(f"{args.arch}, batch {args.batch}, {args.device}, {ratios['threads']} threads")
+    print(f"-- same model, same batch, {base} classes, {args.rounds} interleaved rounds after {args.warmup} warm-up")
+    print(f"{'method':<12} {'median s':>9} {'min s':>8} {'steps/s':>8} {'trainable':>11}")
+    names = [name for name in ratios if name not in ("threads", "dear_fading")]
+    for name in names:
+        r = ratios[name]
+        print(f"{name:<12} {r['median_s']:>9.3f} {r['min_s']:>8.3f} {1 / r['median_s']:>8.2f} {r['trainable']:>11,}")
+    coop = ratios["coop"]
+    for name in names:
+        if name not in ("coop", "dear", "dear_nomask"):
+            r = ratios[name]
+            print(f"{name} / CoOp: {r['median_s'] / coop['median_s']:.2f}x median step, {r['min_s'] / coop['min_s']:.2f}x "
+                  f"min step, {r['trainable'] / coop['trainable']:.1f}x trainable parameters")
+    if "dear" in ratios and "dear_nomask" in ratios:
+        dear_ratios(ratios)
     print(f"-- one process per row: median of {args.steps} steps after {args.warmup} warm-up; memory = peak, and above the loaded model")
     print(f"{'method':<12} {'classes':>7} {'s/step':>8} {'steps/s':>8} {'peak MB':>8} {'step MB':>8}")
     for r in scaling:

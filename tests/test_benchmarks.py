@@ -19,6 +19,14 @@ def test_the_training_step_benchmark_steps_every_method_it_compares():
     assert all(result[name]["median_s"] > 0 and result[name]["trainable"] > 0 for name in ("dear", "dear_nomask", "coop"))
 
 
+def test_the_training_step_benchmark_takes_a_list_of_methods_against_coop():
+    sets = ["train.recipes.promptsrc.vision_depth=2", "train.recipes.promptsrc.text_depth=2"]  # dear-world-tiny's
+    result = _script("train_step").interleaved("dear-world-tiny", classes=4, batch=2, rounds=1, warmup=0, device="cpu",
+                                               methods=["promptsrc"], sets=sets)
+    assert {"promptsrc", "coop"} == result.keys() - {"threads"}
+    assert result["promptsrc"]["trainable"] == 4 * 64 + 2 * 4 * 64 + 1 * 4 * 64  # context, image 2 layers, text layer 2
+
+
 def test_the_evaluation_benchmark_times_a_later_seed_against_the_first():
     from types import SimpleNamespace
 
