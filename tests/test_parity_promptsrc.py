@@ -304,3 +304,101 @@ def test_fp16_keeps_the_prompts_in_fp32_and_the_context_in_half():
     assert all(torch.isfinite(p.grad).all() for p in (model.context, model.vision_prompts, model.text_prompts))
     assert model.teacher_text(BASE).dtype == torch.float32  # their fixed_embeddings: an fp32 CLIP's
     assert clip.visual.conv1.weight.dtype == torch.float16  # the fp32 teacher was a copy
+
+
+# --- the trainer hook: GPA in a real run, and a resumed run ends with the same bytes ---------------
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A two-epoch run on the random dear-world-tiny backbone (2 image, 2 text layers): GPA weights 1/2, 1/2."""
+    root = tmp_path_factory.mktemp("world")
+    fake_run.backbone(root / "backbone")
+    fake_run.fewshot(root / "fewshot.parquet", root / "images")
+    fake_run.params_file(root / "params.yaml", recipe={"vision_depth": 2, "text_depth": 2})
+    return root
+
+
+def train_promptsrc(world, out):
+    from dear.stages import train as stage
+
+    inputs = stage.Inputs(method="promptsrc", dataset="toy", seed=1, backbone=world / "backbone",
+                          fewshot=world / "fewshot.parquet", roles=None)
+    stage.run(load_params(world / "params.yaml"), inputs, stage.Outputs(out, out.parent / f"{out.name}.ckpt"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(world, tmp_path_factory):
+    """An uninterrupted run, and the learnable tensors at the end of each epoch, before GPA reads them."""
+    from dear.methods.promptsrc import PromptSRC
+
+    snapshots, original = [], PromptSRC.on_epoch_end
+
+    def recording(model, epoch, epochs):
+        snapshots.append({name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad})
+        original(model, epoch, epochs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PromptSRC, "on_epoch_end", recording)
+        out = train_promptsrc(world, tmp_path_factory.mktemp("reference") / "run")
+    return out, snapshots
+
+
+def test_a_run_logs_each_term_and_ends_with_the_gaussian_aggregate(reference):
+    import pyarrow.parquet as pq
+    from dear.model.trained import read_trained
+
+    out, snapshots = reference
+    log = pq.read_table(out / "train_log.parquet").to_pylist()
+    assert [row["epoch"] for row in log] == [0] * 4 + [1] * 4
+    assert all(row["loss"] == pytest.approx(row["loss_ce"] + 25 * row["loss_txt"] + 10 * row["loss_img"]
+                                            + row["loss_kl"]) for row in log)
+    state = read_trained(out / "model.pt")["state"]
+    assert len(snapshots) == 2
+    for name in ("context", "vision_prompts", "text_prompts"):  # 2 epochs: mean 15 x 2/20 = 1.5, std 0.1: 1/2, 1/2
+        torch.testing.assert_close(state[name], 0.5 * snapshots[0][name] + 0.5 * snapshots[1][name])
+        assert not torch.equal(state[name], snapshots[1][name])  # the evaluated model is not the last epoch's
+
+
+def test_a_resumed_run_ends_with_the_same_bytes(world, reference, tmp_path, monkeypatch):
+    """Killed in epoch 2 (the last checkpoint after epoch 1's aggregation step), then rerun: the same model.pt."""
+    from dear.train import trainer
+
+    calls, step_of_batch = [], trainer.step_of_batch
+
+    def poisoned(*args, **kwargs):
+        result = step_of_batch(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 8:  # step 7: the checkpoint of step 6 is the last good one
+            result.total = result.total * float("nan")
+        return result
+
+    monkeypatch.setattr(trainer, "step_of_batch", poisoned)
+    with pytest.raises(DearError, match="step 7: the loss is not finite"):
+        train_promptsrc(world, tmp_path / "run")
+    saved = torch.load(tmp_path / "run.ckpt", weights_only=True)
+    assert saved["step"] == 6 and float(saved["model"]["gpa.context"].abs().sum()) > 0  # epoch 1 is in the sum
+    monkeypatch.setattr(trainer, "step_of_batch", step_of_batch)
+    train_promptsrc(world, tmp_path / "run")
+    assert (tmp_path / "run" / "model.pt").read_bytes() == (reference[0] / "model.pt").read_bytes()
+
+
+@pytest.mark.gpu
+def test_promptsrc_trains_in_fp16_on_cuda(tmp_path):
+    """Their precision (PREC fp16) on CUDA: a finite loss at every step, prompts kept fp32, the context half."""
+    import pyarrow.parquet as pq
+    from dear.stages import train as stage
+
+    fake_run.backbone(tmp_path / "backbone")
+    fewshot = fake_run.fewshot(tmp_path / "fewshot.parquet", tmp_path / "images")
+    params = fake_run.params_file(tmp_path / "params.yaml", recipe={"vision_depth": 2, "text_depth": 2},
+                                  compute={"device": "cuda"})
+    raw = load_params(params, ["train.recipes.promptsrc.precision=fp16"])
+    stage.run(raw, stage.Inputs("promptsrc", "toy", 1, tmp_path / "backbone", fewshot, None),
+              stage.Outputs(tmp_path / "run", None))
+    losses = pq.read_table(tmp_path / "run" / "train_log.parquet")["loss"].to_pylist()
+    assert losses and all(math.isfinite(loss) for loss in losses)
+    from dear.model.trained import read_trained
+
+    state = read_trained(tmp_path / "run" / "model.pt")["state"]
+    assert state["context"].dtype == torch.float16 and state["vision_prompts"].dtype == torch.float32
