@@ -143,8 +143,8 @@ def test_a_run_resolves_its_recipe_per_dataset_and_for_the_transfer_source():
     ("train.recipes.coop.lr=1e-3", "train.recipes.coop.lr: must be a finite number, got '1e-3' (YAML 1.1"),
     ("train.recipes.coop.template=x", "train.recipes.coop.template: unknown recipe key"),
     ("train.recipes.cocop={}", "train.recipes.cocop: no recipe named 'cocop'"),
-    ("train.recipes.all.datasets.x.precision=fp8", "train.recipes.all.datasets.x.precision: must be one of "
-                                                   "fp16 | amp | fp32 | bf16 for coop, dear, mmrl, got 'fp8'"),
+    ("train.recipes.all.datasets.x.precision=fp8", "train.recipes.all.datasets.x.precision: must be one of fp16 | "
+                                                   "amp | fp32 | bf16 for coop, dear, mmrl, promptsrc, got 'fp8'"),
     ("train.recipes.all.precision=amp", "train.recipes.all.precision: must be one of fp16 | fp32 | bf16 for "
                                         "zeroshot, got 'amp'"),
     ("train.method=nope", "unknown method 'nope'"),

@@ -113,8 +113,7 @@ def their_loss(clip, logits, text, image, images, classnames, labels, templates,
 
 def theirs_from(ours):
     """Their parameters from ours: ctx, [VPT, VPT_shallow of image blocks 1..], [VPT_shallow of text blocks 1..]."""
-    return [ours.context.detach().clone().requires_grad_(True), ours.vision_prompts.detach().clone().requires_grad_(True),
-            ours.text_prompts.detach().clone().requires_grad_(True)]
+    return [p.detach().clone().requires_grad_(True) for p in (ours.context, ours.vision_prompts, ours.text_prompts)]
 
 
 # --- parity on a batch -------------------------------------------------------------------------

@@ -28,7 +28,7 @@ class Entry:
 REGISTRY: dict[str, Entry] = {
     "zeroshot": Entry("zeroshot", "zeroshot", "zero-shot CLIP with the hand-written prompt"),
     "coop": Entry("coop", "coop", "CoOp: learned context before the class name"),
-    "promptsrc": Entry("promptsrc", "promptsrc", "PromptSRC: independent deep prompts, self-regularized, averaged over epochs"),
+    "promptsrc": Entry("promptsrc", "promptsrc", "PromptSRC: deep prompts in both towers, self-regularized, averaged"),
     "mmrl": Entry("mmrl", "mmrl", "MMRL: representation tokens in both towers"),
     "dear_nomask": Entry("dear", "dear", "DeAR without its role mask (the ablation)"),
     "dear": Entry("dear", "dear", "DeAR: attribute tokens behind a per-head role mask"),

@@ -47,8 +47,8 @@ class PromptSRC(CoOp):
     def build(self, roles) -> None:
         r = self.recipe
         if r.ctx_init and r.n_ctx > 4:
-            raise DearError(f"recipe: ctx_init {r.ctx_init!r} with n_ctx {r.n_ctx}: PromptSRC initializes from words only "
-                            "when n_ctx <= 4; set train.recipes.promptsrc.ctx_init to '' or n_ctx to 4 or less")
+            raise DearError(f"recipe: ctx_init {r.ctx_init!r} with n_ctx {r.n_ctx}: PromptSRC initializes from "
+                            "words only when n_ctx <= 4; set train.recipes.promptsrc.ctx_init to '' or n_ctx <= 4")
         self.vision_depth = _depth(r.vision_depth, self.vision.layers, "vision_depth", "image", lowest=0)
         self.text_depth = _depth(r.text_depth, self.text.layers, "text_depth", "text", lowest=1)
         super().build(roles)  # the context [n_ctx, Dt]
@@ -124,7 +124,8 @@ class PromptSRC(CoOp):
         zero_shot = (frozen_image if frozen_image is not None else self.frozen_image(prefix)).float()  # [B, E]
         teacher = self.teacher_text(classnames)  # [C, E]
         zero_shot_logits = scale * zero_shot @ teacher.t()  # [B, C]
-        terms = {"ce": cross_entropy(logits, labels), "txt": F.l1_loss(text, teacher), "img": F.l1_loss(image, zero_shot),
+        terms = {"ce": cross_entropy(logits, labels), "txt": F.l1_loss(text, teacher),
+                 "img": F.l1_loss(image, zero_shot),
                  "kl": F.kl_div(F.log_softmax(logits, 1), F.log_softmax(zero_shot_logits, 1), reduction="sum",
                                 log_target=True) / logits.numel()}
         r = self.recipe

@@ -44,7 +44,7 @@ class EpochAverage:
 
     @torch.no_grad()
     def update(self, epoch: int, epochs: int, tensors: dict[str, torch.Tensor]) -> None:
-        """Add w_epoch x each tensor (epoch 1-based of `epochs`); after the last epoch copy the sums into the tensors."""
+        """Add w_epoch x each tensor (epoch 1-based of `epochs`); after the last epoch the sums replace the tensors."""
         if epochs != len(self.weights) or not 1 <= epoch <= epochs:
             raise DearError(f"epoch averaging: epoch {epoch} of {epochs}, but the weights are for "
                             f"{len(self.weights)} epochs; the recipe's epochs and the trainer's disagree")
