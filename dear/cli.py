@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import gc
+import json
 import importlib
 import logging
 import os
@@ -90,13 +91,16 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         stage = _import_stage(name)
         from dear.io import check_outputs
 
+        from dear.runrecord import benchmarked
+
         for _, _, seed_outputs in runs:  # every seed's outputs, before the first seed's work
             check_outputs(stage.Outputs(**seed_outputs))
-        for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
-            if len(runs) > 1:
-                logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
-            stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
-        _write_digests(name, outputs)
+        with benchmarked(log):  # under DVC: the job's time and memory, as Snakemake's benchmark: records them
+            for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
+                if len(runs) > 1:
+                    logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
+                stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
+            _write_digests(name, outputs)
     except DearError as err:
         if _state["debug"]:
             raise
@@ -354,14 +358,16 @@ def _classes(value: str) -> str:
     return value
 
 
-REPORT_LISTS = {"--evals": "evals", "--train-logs": "train_logs", "--roles": "roles"}
+REPORT_LISTS = {"--evals": "evals", "--train-logs": "train_logs", "--roles": "roles", "--models": "models",
+                "--benchmarks": "benchmarks"}
 
 
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     epilog="File lists: --evals EVAL.parquet... (required), --train-logs TRAIN_LOG.parquet..., "
-           "--roles roles/<dataset>/heatmap.png... Each list takes every path up to the next option, "
-           "so shell globs work (--evals runs/*/*/eval/seed*/eval.parquet).",
+           "--roles roles/<dataset>/heatmap.png..., --models MODEL.pt... (the record of the run), "
+           "--benchmarks LOGS_FOLDER (its *.benchmark.tsv: each job's time and memory). Each list takes every path "
+           "up to the next option, so shell globs work (--evals runs/*/*/eval/seed*/eval.parquet).",
 )
 def report(
     ctx: typer.Context,
@@ -417,6 +423,64 @@ def check(params: Path = ParamsOption) -> None:
         typer.echo(f"{params}: {len(found)} problem(s)", err=True)
         raise typer.Exit(code=1)
     typer.echo(f"{params}: no problems found")
+    typer.echo(cost_line(load_params(params), params))
+
+
+def cost_line(loaded, params: Path) -> str:
+    """`dear check`'s line on the price of the run: the plan's total from the config's own record, if there is one."""
+    record = Path(loaded.output_root) / "report" / "record.json"
+    if not record.is_file():
+        return (f"cost: no record of a run of this config yet ({record}); `dear plan --params {params} --record RUN` "
+                "estimates it from another run's (a pilot on the target machines prices it best)")
+    from dear.plan import plan
+
+    try:
+        total = plan(loaded, json.loads(record.read_text())).iloc[-1]
+    except DearError as err:
+        return f"cost: not estimated ({err})"
+    return (f"cost: about {total['seconds'] / 3600:.2f} device hours over {total['jobs']} jobs, peak RSS "
+            f"{total['max_rss_mb'] / 1024:.1f} GB, from {record} (`dear plan --params {params}` per stage)")
+
+
+@app.command()
+def plan(
+    params: Path = ParamsOption,
+    record: Optional[Path] = typer.Option(
+        None, help="a run's report folder (or output root) whose record.json prices this config; default: the "
+                   "config's own output_root (a pilot or an earlier run of it)"),
+) -> None:
+    """Estimate device hours and peak memory per stage and in total, before the run, from the record of a run."""
+    _configure_logging(None)
+    try:
+        from dear.plan import run
+
+        loaded = load_params(params)
+        typer.echo(run(loaded, record or Path(loaded.output_root)), nl=False)
+    except DearError as err:
+        if _state["debug"]:
+            raise
+        _print_errors(err)
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def compare(
+    run_a: Path = typer.Argument(..., help="the first run: its report folder, or the output root holding report/"),
+    run_b: Path = typer.Argument(..., help="the second run"),
+    params: Path = ParamsOption,
+) -> None:
+    """Which numbers moved beyond noise from RUN_A to RUN_B, and which inputs differ (params, recipes, code, data,
+    environment). Intervals and their level come from --params (report section)."""
+    _configure_logging(None)
+    try:
+        from dear.compare import run
+
+        typer.echo(run(load_params(params), run_a, run_b), nl=False)
+    except DearError as err:
+        if _state["debug"]:
+            raise
+        _print_errors(err)
+        raise typer.Exit(code=1)
 
 
 @app.command()

@@ -156,10 +156,10 @@ def accuracy(logits: torch.Tensor, labels: list[int]) -> float:
     return 100.0 * float((logits.argmax(1) == torch.tensor(labels)).float().mean())
 
 
-def per_class_counts(logits: torch.Tensor, labels: list[int], n_classes: int) -> tuple[list[int], list[int]]:
-    """(correct, total) per class of [N, C] logits: counts, never percentages."""
-    target = torch.tensor(labels)
-    hits = (logits.argmax(1) == target).long()
-    correct = torch.zeros(n_classes, dtype=torch.long).index_add_(0, target, hits)
-    total = torch.bincount(target, minlength=n_classes)
-    return correct.tolist(), total.tolist()
+def per_class_hits(logits: torch.Tensor, labels: list[int], n_classes: int) -> list[list[bool]]:
+    """Per class, whether each of its images (in list order) is predicted right by [N, C] logits."""
+    right = (logits.argmax(1) == torch.tensor(labels)).tolist()
+    hits: list[list[bool]] = [[] for _ in range(n_classes)]
+    for label, hit in zip(labels, right):
+        hits[label].append(hit)
+    return hits

@@ -17,6 +17,7 @@ import ctypes
 import dataclasses
 import errno
 import fnmatch
+import functools
 import glob
 import hashlib
 import json
@@ -24,6 +25,7 @@ import os
 import platform
 import shutil
 import signal
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -392,8 +394,10 @@ def sha256_json(obj: Any) -> str:
 
 
 def versions() -> dict[str, str]:
-    """Versions of what shapes the numbers: ours, Python, torch, open_clip."""
+    """Versions of what shapes the numbers: ours, Python, torch, open_clip, the CUDA torch was built for, the driver."""
     from importlib.metadata import PackageNotFoundError, version
+
+    from dear.probe import nvidia_driver, torch_cuda_build
 
     found = {"python": platform.python_version()}
     for name in ("dear", "torch", "open_clip_torch", "pyarrow"):
@@ -401,7 +405,61 @@ def versions() -> dict[str, str]:
             found[name] = version(name)
         except PackageNotFoundError:
             found[name] = "not installed"
+    found["cuda"] = torch_cuda_build() or "none (CPU build)"
+    found["nvidia_driver"] = nvidia_driver() or "none"
     return found
+
+
+CODE_PATHS = ("dear", "workflow", "Snakefile", "dvc.yaml")  # what `clean` looks at: the code and the pipeline
+
+
+@functools.cache
+def code_version() -> dict[str, Any]:
+    """The git commit of the code this process runs, and whether its code was as committed (no edits, no new files).
+
+    Asked of git once per process; a package installed without its git
+    checkout says so instead.
+    """
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != root:
+        return {"commit": "unknown: not run from a git checkout", "clean": None}
+    status = git("status", "--porcelain", "--untracked-files=normal", "--", *CODE_PATHS)
+    return {"commit": git("rev-parse", "HEAD"), "clean": status == "" if status is not None else None}
+
+
+def devices() -> dict[str, Any]:
+    """What this process computed on: the CPU, and each CUDA device torch started, with its peak memory.
+
+    The peak is torch's own record (`torch.cuda.max_memory_allocated`: the
+    most tensor memory held at once since the process began), read when the
+    provenance is written, after the work.
+    """
+    import sys
+
+    found: dict[str, Any] = {"cpu": _cpu_name()}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        found["cuda"] = [{"name": torch.cuda.get_device_name(index),
+                          "peak_memory_mb": round(torch.cuda.max_memory_allocated(index) / 2**20, 1)}
+                         for index in range(torch.cuda.device_count())]
+    return found
+
+
+def _cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def record_overrides(overrides: dict[str, Any]) -> None:
@@ -411,7 +469,7 @@ def record_overrides(overrides: dict[str, Any]) -> None:
 
 
 def provenance(params: Any, inputs: dict[str, str | os.PathLike] | None = None, seed: int | None = None) -> dict:
-    """What made an output: params hash, hashes of input files, versions, seed (and `--set` overrides, if any).
+    """What made an output: params hash, input hashes, code commit, versions, devices, seed (and `--set` overrides).
 
     `params` is a pydantic section (or a dict of them); inputs that are
     folders are recorded by path only (hashing a dataset is `data.verify`'s job).
@@ -425,7 +483,9 @@ def provenance(params: Any, inputs: dict[str, str | os.PathLike] | None = None, 
         "params": params_dict,
         "params_sha256": sha256_json(params_dict),
         "inputs_sha256": hashes,
+        "code": code_version(),
         "versions": versions(),
+        "devices": devices(),
         "seed": seed,
     }
     if _OVERRIDES:

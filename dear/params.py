@@ -273,9 +273,9 @@ class Profile(Section):
 
 class Report(Section):
     @model_validator(mode="after")
-    def _pairs(self) -> "Report":
-        if any(len(pair) != 2 for pair in self.differences):
-            raise ValueError("report.differences: each entry is a pair [method, baseline]")
+    def _compared_is_listed(self) -> "Report":
+        if self.compare not in self.methods:
+            raise ValueError(f"report.compare: {self.compare!r} is not one of report.methods; add it there or pick one")
         return self
 
     methods: list[str] = Field(
@@ -283,9 +283,15 @@ class Report(Section):
     std_ddof: int = Field(ge=0, le=1, description="std over seeds: 1 = sample std (n-1), 0 = population std")
     std_warning: float = Field(ge=0.0, description="warn when a dataset's std over seeds exceeds this (points)")
     decimals: int = Field(ge=0, le=6, description="decimals of the percentages in results.md")
-    reference: bool = Field(description="add the paper's reference averages (the DeAR paper's table) as a separate block")
-    differences: list[list[str]] = Field(
-        description="pairs [method, baseline] whose per-seed paired differences the report shows")
+    reference: bool = Field(
+        description="show the published numbers beside ours where the run uses their setting (ViT-B/16 OpenAI on "
+                    "CoOp's datasets, 16 shots), in a block of their own")
+    compare: str = Field(
+        min_length=1, description="the method whose paired differences against every other method (its baselines "
+                                  "and its ablation) the report shows, with intervals and a verdict")
+    confidence: float = Field(gt=0.5, lt=1.0, description="level of every interval (over seeds, over test images)")
+    bootstrap_resamples: int = Field(
+        ge=100, description="resamples of the test images in the paired bootstrap of each difference")
     loss_smoothing: int = Field(ge=1, description="moving-average window (steps) of the plotted loss curves; 1 = raw")
     dpi: int = Field(ge=50, description="resolution of the report's PNG pictures")
 

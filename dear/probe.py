@@ -5,7 +5,8 @@
 - `cuda_devices`: how many CUDA devices the NVIDIA driver reports
   (`cuInit` + `cuDeviceGetCount` through ctypes; 0 without a driver);
 - `torch_cuda_build`: the CUDA version torch was built for, read from
-  torch's own `version.py`.
+  torch's own `version.py`;
+- `nvidia_driver`: the NVIDIA driver's version, from /proc.
 """
 
 from __future__ import annotations
@@ -60,3 +61,13 @@ def torch_cuda_build() -> str | None:
     except OSError:
         return None
     return match.group(1) if match else None
+
+
+def nvidia_driver() -> str | None:
+    """The NVIDIA kernel driver's version (from /proc/driver/nvidia/version), None without one."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    match = re.search(r"Kernel Module(?: for [^ ]+)?\s+([0-9][0-9.]+)", text)
+    return match.group(1) if match else text.splitlines()[0].strip() if text.strip() else None

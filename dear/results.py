@@ -2,11 +2,16 @@
 
 One row per (method, source, seed, protocol, target, split, stream, class)
 holding counts, never percentages: `correct` and `total` test images of that
-class. Stream `output` is what the method reports (the fused logits on seen
-classes, the CLS stream on unseen ones with `fusion.novel: cls`); the other
-streams (`cls`, each attribute concept, MMRL's `rep`) are each stream's own
-predictions, for the report's per-stream table. Tables of accuracies read
-the `output` rows (`read_evals`).
+class, and `hits`, whether each of those images (in the order of the
+prepared image list, the same for every method and seed) was predicted
+right: the report pairs two methods image by image with it (paired
+bootstrap, dear.report.stats). Stream `output` is what the method reports
+(the fused logits on seen classes, the CLS stream on unseen ones with
+`fusion.novel: cls`); `fused` is the fused logits everywhere, so the report
+can show unseen classes under both inferences from one evaluation; the
+other streams (`cls`, each attribute concept, MMRL's `rep`) are each
+stream's own predictions, for the report's per-stream table. Tables of
+accuracies read the `output` rows (`read_evals`).
 Every accuracy in the project is computed here, from summed counts
 (100 * sum(correct) / sum(total)), so a rounded percentage never feeds
 another number (an HM from two rounded accuracies can differ from the HM of
@@ -18,7 +23,8 @@ Conventions the table must keep (checked by `check_eval`):
   `label` indexes the dataset's full class list.
 - protocols `cross_dataset` and `domain_generalization`: split `all`; a row
   with `target == source` is the source dataset itself, averages leave it out.
-- `0 <= correct <= total`, `total >= 1`, no class counted twice.
+- `0 <= correct <= total`, `total >= 1`, no class counted twice;
+  `hits` holds `total` entries of which `correct` are true.
 """
 
 from __future__ import annotations
@@ -47,10 +53,12 @@ EVAL_SCHEMA = pa.schema([
     pa.field("classname", pa.string()),
     pa.field("correct", pa.int64()),      # test images of this class predicted right
     pa.field("total", pa.int64()),        # test images of this class
+    pa.field("hits", pa.list_(pa.bool_())),  # [total]: each test image of this class predicted right, in list order
 ])
 
 PROTOCOLS = ("base_to_novel", "cross_dataset", "domain_generalization")
 OUTPUT = "output"  # the stream a method reports
+FUSED = "fused"    # the fused logits on every class, seen or not (the other inference on unseen classes)
 SPLITS_OF = {"base_to_novel": ("base", "novel"), "cross_dataset": ("all",), "domain_generalization": ("all",)}
 RUN_KEY = ["method", "source", "seed"]
 CELL_KEY = RUN_KEY + ["protocol", "target"]           # one model on one evaluated dataset
@@ -79,6 +87,9 @@ def check_eval(frame: pd.DataFrame, where: str | os.PathLike) -> None:
         _fail(where, f"base_to_novel row with source {row['source']!r} != target {row['target']!r}")
     if (frame["total"] < 1).any() or (frame["correct"] < 0).any() or (frame["correct"] > frame["total"]).any():
         _fail(where, "counts out of range (need 0 <= correct <= total and total >= 1)")
+    lengths = frame["hits"].map(len)
+    if (lengths != frame["total"]).any() or (frame["hits"].map(np.sum) != frame["correct"]).any():
+        _fail(where, "per-image hits disagree with the counts (need len(hits) == total and sum(hits) == correct)")
     if not (frame["stream"] == OUTPUT).any():
         _fail(where, f"no rows of stream {OUTPUT!r}")
     duplicated = frame.duplicated(SPLIT_KEY + ["stream", "label"])

@@ -437,7 +437,29 @@ LOADING = [
                                            pretrained=str(here / "weights.pt")))) and None),
 ]
 
-CASES = PARAMS + NUMBERS + FILESYSTEM + IMAGES + DATA + LOADING
+def _report_with(option: str, path: str) -> Callable[[Inputs], list]:
+    return lambda i: with_params([*stage_args("report", i, "out"), option, path], str(i.params))
+
+
+def _write(name: str, text: str) -> Callable[[Inputs, Path, pytest.MonkeyPatch], None]:
+    def setup(inputs: Inputs, here: Path, patch) -> None:
+        (here / name).parent.mkdir(parents=True, exist_ok=True)
+        (here / name).write_text(text)
+    return setup
+
+
+RECORD = [
+    Case("not-a-benchmark-report", "report", "--benchmarks: a *.benchmark.tsv that is not Snakemake's",
+         ["logs/train.benchmark.tsv: not a Snakemake benchmark file", "rerun its job"],
+         _report_with("--benchmarks", "logs"), setup=_write("logs/train.benchmark.tsv", "seconds\n12\n")),
+    Case("not-a-model-report", "report", "--models: a file that is not a model.pt", ["model.pt: not a readable model.pt"],
+         _report_with("--models", "model.pt"), setup=_write("model.pt", "not a model")),
+    Case("crafted-model-report", "report", "--models: a model.pt whose pickle runs a command when loaded",
+         ["model.pt: holds Python objects", "refused"], _report_with("--models", "model.pt"),
+         setup=_crafted("model.pt")),
+]
+
+CASES = PARAMS + NUMBERS + FILESYSTEM + IMAGES + DATA + LOADING + RECORD
 
 
 # --- running one ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from dear import evaluation
 from dear.cli import app
 from dear.data.manifest import classnames, read_fewshot, read_manifest, select
+from dear.io import read_provenance, sha256_file
 from dear.stages.fuse import fit_alpha
 from tests import fake_run
 from tests.fake_coop import make_fake_dataset, write_params
@@ -44,10 +45,10 @@ def test_symmetric_streams_get_equal_weights():
     torch.testing.assert_close(alpha, torch.tensor([0.5, 0.5]), atol=1e-3, rtol=0)
 
 
-def test_per_class_counts_are_counts():
+def test_per_class_hits_keep_each_image_in_list_order():
     logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
-    correct, total = evaluation.per_class_counts(logits, [0, 1, 1, 2], 3)
-    assert (correct, total) == ([1, 1, 1], [1, 2, 1])
+    # image 2 (class 1) is predicted as class 0; class 1's images are images 1 and 2, in that order
+    assert evaluation.per_class_hits(logits, [0, 1, 1, 2], 3) == [[True], [True, False], [True]]
 
 
 @pytest.fixture(scope="module")
@@ -103,16 +104,21 @@ def test_evaluate_counts_every_test_image_once(project):
     table = pq.read_table(run.parent / "eval" / "eval.parquet").to_pandas()
     manifest = read_manifest(root / "data/world_objects").to_pandas()
     test = manifest[manifest["split"] == "test"]
-    # the method's output, then each stream's own predictions: CLS and DeAR's five attribute streams
-    assert set(table["stream"]) == {"output", "cls", "color", "shape", "texture", "object", "position"}
+    # the method's output, the fused logits everywhere, each stream's own predictions: CLS and DeAR's five attribute streams
+    assert set(table["stream"]) == {"output", "fused", "cls", "color", "shape", "texture", "object", "position"}
+    assert (table["hits"].map(len) == table["total"]).all() and (table["hits"].map(sum) == table["correct"]).all()
     for stream, rows in table.groupby("stream"):
         for subset in ("base", "novel"):
             counted = rows[rows["split"] == subset]
             assert counted["total"].sum() == (test["subset"] == subset).sum()
             assert list(counted["classname"]) == classnames(read_manifest(root / "data/world_objects"), subset=subset)
-    output, cls = (table[table["stream"] == name].reset_index(drop=True) for name in ("output", "cls"))
-    novel = output["split"] == "novel"  # fusion.novel: cls (MMRL's decoupled inference)
-    assert output.loc[novel, "correct"].tolist() == cls.loc[novel, "correct"].tolist()
+    output, cls, fused = (table[table["stream"] == name].reset_index(drop=True) for name in ("output", "cls", "fused"))
+    novel = output["split"] == "novel"  # fusion.novel: cls (MMRL's decoupled inference); fused: the other way
+    assert output.loc[novel, "hits"].map(list).tolist() == cls.loc[novel, "hits"].map(list).tolist()
+    assert output.loc[~novel, "hits"].map(list).tolist() == fused.loc[~novel, "hits"].map(list).tolist()
+    made_by = read_provenance(run.parent / "eval" / "eval.parquet")
+    assert made_by["inputs_sha256"]["manifest:world_objects"] == sha256_file(root / "data/world_objects/manifest.parquet")
+    assert set(made_by["test_images_sha256"]) == {"base_to_novel/world_objects/base", "base_to_novel/world_objects/novel"}
     metrics = json.loads((run.parent / "eval" / "metrics.json").read_text())
     assert set(metrics["base_to_novel"]["world_objects"]) == {"base", "novel", "hm"}
 

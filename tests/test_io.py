@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
@@ -84,7 +86,35 @@ def test_provenance_records_params_inputs_versions_and_seed(tmp_path):
     record = io.provenance({"lr": 1.0e-3}, inputs={"weights": source}, seed=3)
     assert record["inputs_sha256"]["weights"] == io.sha256_file(source)
     assert record["seed"] == 3 and record["params_sha256"] == io.sha256_json({"lr": 1.0e-3})
-    assert {"torch", "open_clip_torch", "dear"} <= set(record["versions"])
+    assert {"torch", "open_clip_torch", "dear", "cuda", "nvidia_driver", "python"} <= set(record["versions"])
+    assert record["devices"]["cpu"] and record["code"]["commit"]
+
+
+def test_provenance_says_which_commit_ran_and_whether_its_code_was_committed():
+    import subprocess
+
+    root = Path(io.__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+    code = io.code_version()
+    if head.returncode != 0:
+        assert code == {"commit": "unknown: not run from a git checkout", "clean": None}
+        return
+    status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", *io.CODE_PATHS],
+                            capture_output=True, text=True).stdout
+    assert code == {"commit": head.stdout.strip(), "clean": status.strip() == ""}
+
+
+def test_devices_name_each_cuda_device_torch_started_with_its_peak_memory(monkeypatch):
+    import sys
+    import types
+
+    cuda = types.SimpleNamespace(is_initialized=lambda: True, device_count=lambda: 2,
+                                 get_device_name=lambda i: f"GPU {i}", max_memory_allocated=lambda i: (i + 1) * 2**30)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert io.devices()["cuda"] == [{"name": "GPU 0", "peak_memory_mb": 1024.0},
+                                    {"name": "GPU 1", "peak_memory_mb": 2048.0}]
+    cuda.is_initialized = lambda: False  # torch imported, CUDA never used: no device to name
+    assert "cuda" not in io.devices()
 
 
 def test_same_inputs_give_byte_identical_parquet(tmp_path):

@@ -10,6 +10,7 @@ on dsC. All expected numbers below are worked out by hand in the comments.
 import io
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +22,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from dear.cli import app
+from dear.report import reference
 from dear.results import EVAL_SCHEMA, write_eval
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,21 +48,23 @@ TRANSFER = {
     ("domain_generalization", "dear"): {s: {"dsA_sketch": 42} for s in SEEDS},
 }
 
+# Every ± is the half-width of the 95% t-interval over seeds, std * t/sqrt(n): t(0.975, 2) = 4.302653 and
+# t(0.975, 1) = 12.706205, so ± = 2.484138 * std with 3 seeds and 8.984644 * std with 2 (the stds are worked out below).
 EXPECTED_AVERAGE = """\
 | Method | Base | Novel | HM | n |
 | --- | --- | --- | --- | --- |
 | zeroshot | 65.00 ± 0.00 | **70.00 ± 0.00** | 67.41 ± 0.00 | 3 |
-| coop | 82.50 ± 3.54 | 47.50 ± 3.54 | 60.29 ± 1.90 | 2 (no seed 3) |
+| coop | 82.50 ± 31.77 | 47.50 ± 31.77 | 60.29 ± 17.10 | 2 (no seed 3) |
 | dear_nomask | — | — | — | 0 |
-| dear | **85.00 ± 2.50** | 57.50 ± 0.00 | **68.60 ± 0.81** | 3 |
+| dear | **85.00 ± 6.21** | 57.50 ± 0.00 | **68.60 ± 2.02** | 3 |
 """
 EXPECTED_DSA = """\
 | Method | Base | Novel | HM | n |
 | --- | --- | --- | --- | --- |
 | zeroshot | 70.00 ± 0.00 | **75.00 ± 0.00** | **72.41 ± 0.00** | 3 |
-| coop | **85.00 ± 7.07** | 55.00 ± 7.07 | 66.79 ± 3.03 | 2 (no seed 3) |
+| coop | **85.00 ± 63.53** | 55.00 ± 63.53 | 66.79 ± 27.23 | 2 (no seed 3) |
 | dear_nomask | — | — | — | 0 |
-| dear | **85.00 ± 5.00** | 60.00 ± 0.00 | 70.34 ± 1.71 | 3 |
+| dear | **85.00 ± 12.42** | 60.00 ± 0.00 | 70.34 ± 4.26 | 3 |
 """
 EXPECTED_DSB = """\
 | Method | Base | Novel | HM | n |
@@ -73,12 +77,13 @@ EXPECTED_DSB = """\
 # By hand:
 # A dataset's HM is the HM of its seed-averaged Base and Novel (the papers' convention); its ± is the std of
 # the per-seed HMs. dsA coop: HM(85, 55) = 9350/140 = 66.79; per seed 2*90*50/140 = 64.286, 2*80*60/140 = 68.571
-#   -> std 4.286/sqrt(2) = 3.03. dsA dear: HM(85, 60) = 10200/145 = 70.34; per seed 68.571, 70.345, 72 -> std 1.71.
+#   -> std 4.286/sqrt(2) = 3.03 (± 27.23). dsA dear: HM(85, 60) = 10200/145 = 70.34; per seed 68.571, 70.345, 72
+#   -> std 1.71 (± 4.26). dsA coop Base 90, 80: std 7.07 (± 63.53); dear Base 80, 85, 90: std 5.00 (± 12.42).
 # Average dear: Base (85+85)/2 = 85, Novel (60+55)/2 = 57.5, HM of those = 9775/142.5 = 68.60
-#   per-seed averages: Base 82.5, 85, 87.5 (std 2.50); HM 67.768, 68.596, 69.397 (std 0.81)
+#   per-seed averages: Base 82.5, 85, 87.5 (std 2.50, ± 6.21); HM 67.768, 68.596, 69.397 (std 0.81, ± 2.02)
 # Average coop: only seeds 1, 2 are in both datasets: Base 85, 80; Novel 45, 50 (std 3.54 each);
 #   mean Base (85 + 80)/2 = 82.5 and Novel (55+40)/2 = 47.5 -> HM 7837.5/130 = 60.29;
-#   per-seed HM 2*85*45/130 = 58.846, 2*80*50/130 = 61.538 -> std 1.90
+#   per-seed HM 2*85*45/130 = 58.846, 2*80*50/130 = 61.538 -> std 1.90 (± 17.10); Base and Novel std 3.54 (± 31.77)
 # Bold: the best mean of each column (dsA Base: coop and dear tie at 85).
 
 # dear - coop per seed (seeds 1, 2 only: coop has no seed 3):
@@ -95,9 +100,10 @@ EXPECTED_CROSS = """\
 | zeroshot | 72.00 ± 0.00 | **62.00 ± 0.00** | 50.00 ± 0.00 | 56.00 ± 0.00 | 3 |
 | coop | **90.00 ± 0.00** | 55.00 ± 0.00 | 45.00 ± 0.00 | 50.00 ± 0.00 | 3 |
 | dear_nomask | — | — | — | — | 0 |
-| dear | 88.00 ± 0.00 | 60.00 ± 0.00 | **53.00 ± 1.41** | **56.50 ± 0.71** | 2–3 (no seed 3) |
+| dear | 88.00 ± 0.00 | 60.00 ± 0.00 | **53.00 ± 12.71** | **56.50 ± 6.35** | 2–3 (no seed 3) |
 """
-# dear dsC: 52, 54 -> 53 ± 1.41; its average (60 + 53)/2 = 56.5; per-seed averages 56, 57 -> std 0.71
+# dear dsC: 52, 54 -> 53, std 1.41 (± 12.71); its average (60 + 53)/2 = 56.5; per-seed averages 56, 57 -> std 0.71
+# (± 6.35)
 
 EXPECTED_DG = """\
 | Method | dsA_sketch | Average of targets | n |
@@ -127,7 +133,10 @@ EXPECTED_METRICS = {
         "dear_nomask": {"dsA": {"source": None, "average": None, "seeds": 0}},
         "dear": {"dsA": {"source": None, "average": 42.0, "seeds": 3}},
     },
-    "differences": {"dear_minus_coop": {"base": 1.25, "novel": 10.0, "hm": 7.9899}},
+    # dear - zeroshot on the Average: Base 85 - 65, Novel 57.5 - 70, HM mean(67.7679, 68.5965, 69.3966) - 67.4074
+    "differences": {"dear_minus_zeroshot": {"base": 20.0, "novel": -12.5, "hm": 1.1796},
+                    "dear_minus_coop": {"base": 1.25, "novel": 10.0, "hm": 7.9899},
+                    "dear_minus_dear_nomask": {"base": None, "novel": None, "hm": None}},
 }
 
 
@@ -135,7 +144,8 @@ def split_rows(method, source, seed, protocol, target, split, percent, first_lab
     """4 classes x 25 images with `percent` correct in all (spread over the classes)."""
     correct = [percent // 4 + (index < percent % 4) for index in range(4)]
     return [dict(method=method, source=source, seed=seed, protocol=protocol, target=target, split=split, stream="output",
-                 label=first_label + index, classname=f"class{first_label + index}", correct=c, total=25)
+                 label=first_label + index, classname=f"class{first_label + index}", correct=c, total=25,
+                 hits=[True] * c + [False] * (25 - c))
             for index, c in enumerate(correct)]
 
 
@@ -187,7 +197,8 @@ def write_params(root: Path, **report) -> Path:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["data"]["seeds"] = list(SEEDS)
     params["report"].update(methods=["zeroshot", "coop", "dear_nomask", "dear"], std_ddof=1, std_warning=2.0,
-                            decimals=2, reference=True, loss_smoothing=3, dpi=50, differences=[["dear", "coop"]])
+                            decimals=2, reference=True, loss_smoothing=3, dpi=50, compare="dear", confidence=0.95,
+                            bootstrap_resamples=1000)
     params["report"].update(report)
     path = root / f"params-{len(list(root.glob('params-*')))}.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
@@ -234,15 +245,38 @@ def test_report_matches_the_hand_computed_tables(world):
 
 
 def test_paired_differences_are_per_seed_on_the_seeds_both_methods_have(world):
-    frame = pd.read_csv(world["out"] / "differences.csv")
-    assert set(zip(frame["method"], frame["baseline"])) == {("dear", "coop")}
+    frame = pd.read_csv(world["out"] / "differences.csv", keep_default_na=False, na_values=[""])
+    # report.compare: dear against every other method, listed (dear_nomask: no eval table) or found
+    assert list(dict.fromkeys(zip(frame["method"], frame["baseline"]))) == [
+        ("dear", "zeroshot"), ("dear", "coop"), ("dear", "dear_nomask")]
+    coop = frame[(frame["baseline"] == "coop") & (frame["protocol"] == "base_to_novel")]
     for (dataset, metric), (mean, std) in EXPECTED_DIFFERENCES.items():
-        row = frame[(frame["dataset"] == dataset) & (frame["metric"] == metric)].iloc[0]
+        row = coop[(coop["dataset"] == dataset) & (coop["metric"] == metric)].iloc[0]
         assert (row["mean"], row["std"], row["seeds"]) == (pytest.approx(mean, abs=1e-4), pytest.approx(std, abs=1e-4),
                                                            "1;2")
-    table = table_after((world["out"] / "results.md").read_text(), "### Paired differences")
-    assert "| **Average** | +1.25 ± 5.30 | +10.00 ± 3.54 | +7.99 ± 1.32 | 2 |" in table
-    assert "| dsA | -2.50 ± 10.61 | +5.00 ± 7.07 | +3.03 ± 1.78 | 2 |" in table
+        # paired t over the 2 seeds: mean ± t(0.975, 1) * std / sqrt(2)
+        half = 12.706205 * std / 2 ** 0.5
+        assert (row["seed_low"], row["seed_high"]) == (pytest.approx(mean - half, abs=1e-3),
+                                                       pytest.approx(mean + half, abs=1e-3))
+        assert row["image_low"] < mean < row["image_high"]
+        assert row["verdict"] == "within noise"  # the 2-seed t-interval holds 0 every time
+    # dsB: dear beats coop by 5 base points on every seed (seed interval [5, 5]), by 20 of 100 images each seed
+    dsb = coop[(coop["dataset"] == "dsB") & (coop["metric"] == "base")].iloc[0]
+    assert (dsb["seed_low"], dsb["seed_high"], dsb["verdict"]) == (5.0, 5.0, "better") and dsb["image_low"] > 0
+    nomask = frame[frame["baseline"] == "dear_nomask"]
+    assert nomask["mean"].isna().all() and set(nomask["verdict"]) == {"missing"} and (nomask["n_seeds"] == 0).all()
+    transfer = frame[(frame["baseline"] == "coop") & (frame["protocol"] == "cross_dataset")]
+    # cross-dataset Average of targets: dear (60+52)/2, (60+54)/2 against coop 50 on seeds 1, 2 -> +6, +7
+    average = transfer[transfer["dataset"] == "Average"].iloc[0]
+    assert (average["mean"], average["seeds"]) == (pytest.approx(6.5), "1;2")
+    markdown = (world["out"] / "results.md").read_text()
+    averages = table_after(markdown, "### Averages")
+    assert ("| dear − coop | base-to-novel | HM | +7.99 | [-3.85, +19.83] | [+5.19, +10.92] | *within noise* | 2 |"
+            in averages)
+    assert "| dear − dear_nomask | base-to-novel | HM | — | [—] | [—] | *missing* | 0 |" in averages
+    per_pair = table_after(markdown, "### dear − coop")
+    assert "| dsB | +5.00 [+5.00, +5.00] [+1.00, +9.02] **better** |" in per_pair
+    assert "No seed holds both dear and dear_nomask." in markdown
 
 
 def test_metrics_json_holds_the_averages_with_missing_as_null(world):
@@ -262,11 +296,76 @@ def test_results_csv_keeps_missing_seeds_and_methods_missing_not_zero(world):
                                                                                    abs=1e-6)
 
 
-def test_reference_numbers_are_a_separate_labelled_block(world):
+def test_published_numbers_are_never_shown_for_a_run_outside_their_setting(world):
     markdown = (world["out"] / "results.md").read_text()
-    measured, reference = markdown.split("## Reference: published numbers (not measured here)")
-    assert "85.94" in reference and "MMRL" in reference
-    assert "85.94" not in measured and "MMRL" not in measured
+    block = markdown.split("## Published numbers beside ours")[1].split("## Pictures")[0]
+    assert "Not shown" in block and "data.source is 'embedded', not 'coop'" in block
+    assert "model.arch is 'dear-world', not 'ViT-B-16'" in block
+    assert "91.17" not in markdown and "85.94" not in markdown  # no published value anywhere on the page
+    published = pd.read_csv(world["out"] / "published.csv")
+    assert published.empty and list(published.columns) == reference.COLUMNS
+
+
+def paper_world(root: Path) -> tuple[Path, list[Path]]:
+    """Eval tables of zeroshot, mmrl and dear on CoOp's oxford_pets and dtd, seeds 1-3, and the paper config's params.
+
+    Each split: 4 classes x 25 images. zeroshot scores 90 / 96 % on oxford_pets base / novel on every seed; mmrl
+    scores 80, 84, 88 % on dtd base and 60 % novel.
+    """
+    runs: dict[tuple, list] = {}
+    scores = {("zeroshot", "oxford_pets"): {s: (90, 96) for s in SEEDS},
+              ("zeroshot", "dtd"): {s: (50, 60) for s in SEEDS},
+              ("mmrl", "oxford_pets"): {s: (94, 96) for s in SEEDS},
+              ("mmrl", "dtd"): {1: (80, 60), 2: (84, 60), 3: (88, 60)},
+              ("dear", "oxford_pets"): {s: (95, 96) for s in SEEDS},
+              ("dear", "dtd"): {s: (86, 64) for s in SEEDS}}
+    for (method, dataset), by_seed in scores.items():
+        for seed, (base, novel) in by_seed.items():
+            rows = runs.setdefault((method, dataset, seed), [])
+            rows += split_rows(method, dataset, seed, "base_to_novel", dataset, "base", base)
+            rows += split_rows(method, dataset, seed, "base_to_novel", dataset, "novel", novel, first_label=4)
+    paths = []
+    for (method, dataset, seed), rows in sorted(runs.items()):
+        paths.append(root / "runs" / method / dataset / f"seed{seed}" / "eval.parquet")
+        write_eval(paths[-1], rows, provenance={"seed": seed})
+    params = yaml.safe_load((ROOT / "configs/paper-vitb16.yaml").read_text())
+    params["report"].update(methods=["zeroshot", "mmrl", "dear"], bootstrap_resamples=200)
+    path = root / "paper.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path, paths
+
+
+def test_published_numbers_stand_beside_ours_with_sources_in_the_papers_setting(tmp_path):
+    params, evals = paper_world(tmp_path)
+    result = invoke(params, tmp_path / "report", evals)
+    assert result.exit_code == 0, result.output
+    markdown = (tmp_path / "report/results.md").read_text()
+    measured, block = markdown.split("## Published numbers beside ours")
+    assert "91.17" not in measured and "Comparable in setting" in block
+    rows = table_after(block, "Comparable in setting")
+    # zeroshot on oxford_pets: CLIP's published Base 91.17 (CoCoOp paper); ours 90.00 on every seed -> interval [90, 90]
+    assert ("| zeroshot | oxford_pets | Base | 91.17 | 90.00 | -1.17 | no | CoCoOp paper (CVPR 2022), base-to-novel "
+            "table |") in rows
+    # mmrl dtd Base 80, 84, 88: mean 84 ± 4.302653 * 4 / sqrt(3) = 9.94 -> [74.06, 93.94] holds the published 85.67
+    assert "| mmrl | dtd | Base | 85.67 | 84.00 | -1.67 | yes | MMRL paper (CVPR 2025), base-to-novel table |" in rows
+    assert "| mmrl | dtd | HM | 73.82 |" in rows and "MMRL paper (CVPR 2025), base-to-novel table ⚠ |" in rows
+    assert "- ⚠ mmrl · dtd · HM: published HM 73.82 is not 2BN/(B+N) = 73.92 of its own Base and Novel" in block
+    assert "| dear |" not in rows  # the DeAR paper gives its average Base only, and this run has 2 of 11 datasets
+    assert "Average" not in rows
+    published = pd.read_csv(tmp_path / "report/published.csv")
+    assert len(published) == 12 and set(published["method"]) == {"zeroshot", "mmrl"}
+
+
+def test_every_published_hm_follows_from_its_base_and_novel_but_mmrls_dtd():
+    assert reference.hm_problems() == [
+        ("mmrl", "dtd", "published HM 73.82 is not 2BN/(B+N) = 73.92 of its own Base and Novel")]
+    rows = reference.BASE_TO_NOVEL
+    for method, by_dataset in rows.items():  # each published Average is the mean of its 11 datasets (to 0.01)
+        for index in (0, 1):
+            mean = sum(by_dataset[d][index] for d in reference.B2N_DATASETS) / len(reference.B2N_DATASETS)
+            assert abs(mean - by_dataset["Average"][index]) <= reference.HM_TOLERANCE, (method, index)
+    keys = set(reference.PAPERS)
+    assert set(rows) | {"dear"} == keys == set(reference.AVERAGE_SOURCES)
 
 
 def test_std_warning_fires_above_the_threshold_only(world):
@@ -377,3 +476,102 @@ def test_no_eval_tables_and_stray_arguments_are_refused(world, tmp_path):
     result = CliRunner().invoke(app, ["report", "--params", str(world["params"]), "--out", str(out), "--evalz", "a"])
     assert result.exit_code == 2 and "no such option: --evalz" in result.output
     assert not out.exists()
+
+
+def test_unseen_classes_are_shown_under_both_inferences_from_the_same_evaluation(tmp_path):
+    """dear (streams cls, color and fused) and coop (cls only) on dsA, seeds 1-2, evaluated with fusion.novel: cls.
+
+    dear's novel classes: 60 % by the CLS stream (its output), 70 % by the fused logits; base 80 % fused (and
+    output). Cross-dataset from dsA: dsB 50 % by CLS (output), 40 % fused; the source dsA 90 % fused either way.
+    """
+    evals = []
+    for seed in (1, 2):
+        rows = []
+        for stream, base, novel in (("output", 80, 60), ("fused", 80, 70), ("cls", 75, 60), ("color", 20, 10)):
+            rows += [{**r, "stream": stream} for r in split_rows("dear", "dsA", seed, "base_to_novel", "dsA", "base",
+                                                                 base)]
+            rows += [{**r, "stream": stream} for r in split_rows("dear", "dsA", seed, "base_to_novel", "dsA", "novel",
+                                                                 novel, first_label=4)]
+        for stream, source, target in (("output", 90, 50), ("fused", 90, 40), ("cls", 85, 50), ("color", 10, 5)):
+            rows += [{**r, "stream": stream} for r in split_rows("dear", "dsA", seed, "cross_dataset", "dsA", "all",
+                                                                 source)]
+            rows += [{**r, "stream": stream} for r in split_rows("dear", "dsA", seed, "cross_dataset", "dsB", "all",
+                                                                 target)]
+        coop = [{**r, "stream": stream} for stream in ("output", "fused", "cls")
+                for r in split_rows("coop", "dsA", seed, "base_to_novel", "dsA", "base", 70)
+                + split_rows("coop", "dsA", seed, "base_to_novel", "dsA", "novel", 50, first_label=4)]
+        for method, table in (("dear", rows), ("coop", coop)):
+            evals.append(tmp_path / method / f"seed{seed}" / "eval.parquet")
+            write_eval(evals[-1], table, provenance={"params": {"fusion": {"novel": "cls"}}, "seed": seed})
+    result = invoke(write_params(tmp_path, methods=["coop", "dear"]), tmp_path / "report", evals)
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(tmp_path / "report/inference.csv")
+    assert set(frame["method"]) == {"dear"}  # coop fuses nothing: both inferences are its CLS stream
+    average = frame[(frame["dataset"] == "Average") & (frame["protocol"] == "base_to_novel")]
+    value = {(row.inference, row.metric): row.mean for row in average.itertuples()}
+    assert value[("cls", "novel")] == 60 and value[("fused", "novel")] == 70
+    assert value[("cls", "base")] == value[("fused", "base")] == 80
+    assert value[("fused", "hm")] == pytest.approx(2 * 80 * 70 / 150)
+    cross = frame[(frame["protocol"] == "cross_dataset") & (frame["dataset"] != "Average")]
+    assert {(row.inference, row.dataset): row.mean for row in cross.itertuples()} == {
+        ("cls", "dsA"): 90, ("cls", "dsB"): 50, ("fused", "dsA"): 90, ("fused", "dsB"): 40}
+    markdown = (tmp_path / "report/results.md").read_text()
+    assert "use `fusion.novel: cls` on unseen classes" in markdown
+    table = table_after(markdown, "### Unseen classes both ways")
+    assert table.splitlines()[0] == ("| Method | Novel · cls | Novel · fused | HM · cls | HM · fused | "
+                                     "Cross-dataset from dsA · cls | Cross-dataset from dsA · fused |")
+    assert table.splitlines()[2] == "| dear | 60.00 ± 0.00 | 70.00 ± 0.00 | 68.57 ± 0.00 | 74.67 ± 0.00 | 50.00 ± 0.00 | 40.00 ± 0.00 |"
+
+
+EXPECTED_PAPER_AVERAGE = """\
+## Average over 2 datasets
+
+| Method | Base | Novel | HM |
+| --- | --- | --- | --- |
+| zeroshot | 65.00 | **70.00** | 67.41 |
+| coop | 82.50 | 47.50 | 60.29 |
+| dear_nomask | — | — | — |
+| dear | **85.00** | 57.50 | **68.60** |
+"""
+
+
+def test_paper_tables_in_the_papers_layout_as_csv_markdown_and_latex(world):
+    paper = world["out"] / "paper"
+    assert sorted(p.name for p in paper.iterdir()) == sorted(
+        f"{protocol}.{kind}" for protocol in ("base_to_novel", "cross_dataset", "domain_generalization")
+        for kind in ("csv", "md", "tex"))
+    b2n = (paper / "base_to_novel.md").read_text()
+    assert EXPECTED_PAPER_AVERAGE in b2n and b2n.index("## Average") < b2n.index("## dsA") < b2n.index("## dsB")
+    csv = pd.read_csv(paper / "base_to_novel.csv", keep_default_na=False, na_values=[""])
+    assert list(csv.columns) == ["dataset", "method", "Base", "Novel", "HM", "best"]
+    best = dict(zip(zip(csv["dataset"], csv["method"]), csv["best"]))
+    assert best[("dsA", "coop")] == "Base" and best[("dsA", "dear")] == "Base"  # a tie: both best
+    assert best[("Average", "dear")] == "Base;HM" and best[("Average", "zeroshot")] == "Novel"
+    cross = pd.read_csv(paper / "cross_dataset.csv")
+    assert list(cross.columns) == ["source", "method", "dsA (source)", "dsB", "dsC", "Average", "best"]
+    assert cross[cross["method"] == "dear"]["Average"].iloc[0] == 56.5
+    tex = (paper / "base_to_novel.tex").read_text()
+    assert tex.count("\\begin{tabular}{lccc}") == 3 == tex.count("\\bottomrule") == tex.count("\\toprule")
+    assert "dear\\_nomask & -- & -- & -- \\\\" in tex
+    assert "dear & \\textbf{85.00} & 57.50 & \\textbf{68.60} \\\\" in tex
+    cross_tex = (paper / "cross_dataset.tex").read_text()
+    assert "\\begin{tabular}{lcccc}" in cross_tex and "Method & dsA (source) & dsB & dsC & Average \\\\" in cross_tex
+    for name in ("base_to_novel", "cross_dataset", "domain_generalization"):
+        for line in (paper / f"{name}.tex").read_text().splitlines():
+            if line.endswith("\\\\") and not line.startswith("\\multicolumn"):
+                columns = (paper / f"{name}.tex").read_text().split("\\begin{tabular}{l")[1].split("}")[0]
+                assert line.count("&") == len(columns), line
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no TeX engine (apt-get install texlive-latex-base "
+                                                              "texlive-latex-recommended)")
+def test_paper_latex_tables_compile_with_booktabs(world, tmp_path):
+    for name in ("base_to_novel", "cross_dataset", "domain_generalization"):
+        shutil.copy(world["out"] / "paper" / f"{name}.tex", tmp_path / f"{name}.tex")
+        (tmp_path / f"main-{name}.tex").write_text(
+            "\\documentclass{article}\n\\usepackage[utf8]{inputenc}\n\\usepackage{booktabs}\n\\begin{document}\n"
+            f"\\begin{{table*}}\\centering\\small\n\\input{{{name}}}\n\\end{{table*}}\n\\end{{document}}\n")
+        result = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", f"main-{name}.tex"],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout[-2000:]
+        assert (tmp_path / f"main-{name}.pdf").stat().st_size > 1000

@@ -14,9 +14,10 @@ from dear.results import (EVAL_SCHEMA, harmonic_mean, read_eval, read_evals, run
 
 def rows_of(method="dear", source="dsA", seed=1, protocol="base_to_novel", target=None, split="base",
             counts=((3, 4),), first_label=0):
-    """Eval rows of one split: `counts` = (correct, total) per class."""
+    """Eval rows of one split: `counts` = (correct, total) per class (the first `correct` images right)."""
     return [dict(method=method, source=source, seed=seed, protocol=protocol, target=target or source, split=split, stream="output",
-                 label=first_label + index, classname=f"c{first_label + index}", correct=correct, total=total)
+                 label=first_label + index, classname=f"c{first_label + index}", correct=correct, total=total,
+                 hits=[True] * correct + [False] * (total - correct))
             for index, (correct, total) in enumerate(counts)]
 
 
@@ -84,6 +85,8 @@ def test_run_metrics_refuses_rows_of_two_runs():
     (lambda r: r.update(correct=5, total=4), "counts out of range"),
     (lambda r: r.update(total=0, correct=0), "counts out of range"),
     (lambda r: r.update(label=1), "class 1 counted twice"),
+    (lambda r: r.update(hits=[True, True, False, False]), "per-image hits disagree with the counts"),
+    (lambda r: r.update(hits=[True, True, True]), "per-image hits disagree with the counts"),
 ])
 def test_write_eval_refuses_rows_that_break_the_contract(tmp_path, change, message):
     rows = rows_of(counts=((3, 4), (2, 2)))

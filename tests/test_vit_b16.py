@@ -129,7 +129,7 @@ def test_every_output_loads_with_the_adapted_models_shapes(study):
     evals = read_parquet(study["run"] / "eval/seed1/eval.parquet").to_pandas()
     output = evals[evals.stream == OUTPUT]
     assert set(output.split) == {"base", "novel"} and output.total.sum() == 8  # 4 classes x 2 test images
-    assert set(evals.stream) == {OUTPUT, "cls", "color", "shape", "texture", "object", "position"}
+    assert set(evals.stream) == {OUTPUT, "fused", "cls", "color", "shape", "texture", "object", "position"}
     metrics = json.loads((study["run"] / "eval/seed1/metrics.json").read_text())
     assert set(metrics["base_to_novel"]["oxford_pets"]) == {"base", "novel", "hm"}
     table = pd.read_csv(study["root"] / "report/results.csv")

@@ -135,8 +135,10 @@ class DeAR(MMRL):
             streams.float().transpose(1, 2), labels[:, None].expand(-1, streams.shape[1]), reduction="none")  # [B, K]
         return per_stream.mean()
 
-    def _total(self, terms: dict, alpha: torch.Tensor) -> torch.Tensor:
-        terms["fus"] = -alpha[0].float().log()
+    def _fusion_terms(self, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"fus": -alpha[0].float().log()}  # the fused objective's pull towards the CLS stream
+
+    def _total(self, terms: dict) -> torch.Tensor:
         r = self.recipe
         regularizers = r.reg_weight * (terms["img"] + terms["txt"])
         if r.objective == "fused":

@@ -140,14 +140,18 @@ class MMRL(MethodModel):
         terms = {"cls": cross_entropy(logits[:, 0], labels), "attr": self._attribute_ce(logits[:, 1:], labels),
                  "fused": cross_entropy(fused, labels),
                  "img": _one_minus_cos(features[:, 0], frozen_image) if frozen_image is not None else zero,
-                 "txt": _one_minus_cos(text, self.frozen_text(classnames))}
-        return Step(self._total(terms, alpha), terms, fused)
+                 "txt": _one_minus_cos(text, self.frozen_text(classnames)), **self._fusion_terms(alpha)}
+        return Step(self._total(terms), terms, fused)
 
     def _attribute_ce(self, streams: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """CE of the representation stream(s) [B, S, C] (MMRL: one stream)."""
         return cross_entropy(streams[:, 0], labels) if streams.shape[1] == 1 else cross_entropy(streams.mean(1), labels)
 
-    def _total(self, terms: dict, alpha: torch.Tensor) -> torch.Tensor:
+    def _fusion_terms(self, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Terms on the fusion weights (MMRL's are fixed: none)."""
+        return {}
+
+    def _total(self, terms: dict) -> torch.Tensor:
         a, reg = self.recipe.alpha, self.recipe.reg_weight
         return a * terms["cls"] + (1.0 - a) * terms["attr"] + reg * (terms["img"] + terms["txt"])
 

@@ -3,9 +3,10 @@
 Pure text from the frames of `dear.report.tables`: no numbers are computed
 here except formatting, so results.md and the CSV files cannot disagree.
 Layout: the base-to-novel average table first, then one small table per
-dataset, DeAR's paired differences and each stream's own accuracy, the
-transfer protocols, the head roles and their validation, the published
-reference numbers; the best mean of every column is in bold.
+dataset, unseen classes under both inferences, each stream's own accuracy,
+the transfer protocols, the paired differences with their intervals and
+verdicts, the head roles and their validation, the published numbers beside
+ours (or why there are none); the best mean of every column is in bold.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dear.report import reference
-from dear.report.tables import AVERAGE, B2N_METRICS, method_order
+from dear.report.tables import AVERAGE, B2N_METRICS, INFERENCES, method_order
 
 MISSING = "—"
 PROTOCOL_TITLES = {"cross_dataset": "Cross-dataset", "domain_generalization": "Domain generalization"}
@@ -30,39 +30,47 @@ class Page:
     decimals: int
     methods: list[str]
     seeds: list[int]
-    ddof: int
     std_warning: float
+    confidence: float
+    resamples: int           # of the paired bootstrap
     n_evals: int
     reference: bool
     heatmaps: list[str]        # file names under the report folder (roles/<ds>.png)
     has_loss: bool
     ablations: dict[str, list[str]] = field(default_factory=dict)  # dataset -> markdown table of the role validation
+    setting_problems: list[str] = field(default_factory=list)  # why the published numbers are not comparable
+    inference: str = "cls"   # fusion.novel of the eval tables: what the main tables use on unseen classes
 
 
 def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None = None,
-           streams: pd.DataFrame | None = None) -> str:
-    std_kind = "sample std (n-1)" if page.ddof == 1 else "population std"
+           streams: pd.DataFrame | None = None, published: pd.DataFrame | None = None,
+           inferences: pd.DataFrame | None = None) -> str:
     lines = [
         "# Results",
         "",
         f"Aggregated from {page.n_evals} eval tables. Accuracy = 100 · correct / total, summed over the classes "
         f"of each split from the counts in eval.parquet (never from rounded percentages). Each cell is the mean "
-        f"± {std_kind} over seeds; n = seeds the row holds, out of the {_seed_list(page.seeds)} expected "
-        f"(data.seeds). {MISSING} = no result (missing, never zero). **Bold**: the best mean of its column.",
+        f"over seeds ± the half-width of its {page.confidence:.0%} interval over seeds (Student's t with n − 1 "
+        f"degrees of freedom: t · s/√n, so a wide ± with few seeds is honest, not a bug; a single seed has none; "
+        f"std and the interval's ends: results.csv); n = seeds the row holds, out of the {_seed_list(page.seeds)} "
+        f"expected (data.seeds). {MISSING} = no result (missing, never zero). **Bold**: the best mean of its column, "
+        "whether or not it is better beyond noise (that is what the paired differences below say).",
         "",
     ]
     lines += _warnings(results, page)
     b2n = results[results["protocol"] == "base_to_novel"]
     lines += _base_to_novel(b2n, page)
-    if differences is not None and not differences.empty:
-        lines += _differences(differences, page)
+    if inferences is not None and not inferences.empty:
+        lines += _inferences(inferences, page)
     if streams is not None and not streams.empty:
         lines += _streams(streams, page)
     for protocol, title in PROTOCOL_TITLES.items():
         lines += _transfer(results[results["protocol"] == protocol], title, page)
+    if differences is not None and not differences.empty:
+        lines += _differences(differences, page)
     lines += _roles(page)
     if page.reference:
-        lines += _reference()
+        lines += _published(published, page.setting_problems, page)
     lines += _pictures(page)
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -91,8 +99,8 @@ def _base_to_novel(rows: pd.DataFrame, page: Page) -> list[str]:
     lines += [
         "Base and Novel are averaged over the datasets; HM is the HM of those two averages (the papers' "
         "convention), so it is not the mean of the datasets' HMs. Per dataset likewise: Base and Novel are each "
-        "seed's accuracy averaged over seeds, HM = 2·B·N/(B+N) of those means; every ± is the std over seeds (for "
-        "HM, of the per-seed HMs). An average is shown only when every dataset has the method.", ""]
+        "seed's accuracy averaged over seeds, HM = 2·B·N/(B+N) of those means; an HM's ± comes from the spread of "
+        "the per-seed HMs. An average is shown only when every dataset has the method.", ""]
     for dataset in datasets:
         lines += [f"### {dataset}", ""] + _b2n_table(rows, dataset, methods, page) + [""]
     return lines
@@ -109,37 +117,114 @@ def _b2n_table(rows: pd.DataFrame, dataset: str, methods: list[str], page: Page)
     return _table(["Method", "Base", "Novel", "HM", "n"], body)
 
 
-def _differences(frame: pd.DataFrame, page: Page) -> list[str]:
-    """Per dataset, each pair's per-seed paired differences (whatever their sign)."""
-    pairs = list(dict.fromkeys(zip(frame["method"], frame["baseline"])))
-    header = ["Dataset"] + [f"{m} − {b}: {METRIC_NAMES[k]}" for m, b in pairs for k in B2N_METRICS] + ["n"]
+def _inferences(frame: pd.DataFrame, page: Page) -> list[str]:
+    """Unseen classes under both inferences, Averages only (every dataset: inference.csv)."""
+    averages = frame[frame["row"] == "average"]
+    columns = [("base_to_novel", "", "novel", "Novel"), ("base_to_novel", "", "hm", "HM")]
+    for protocol in ("cross_dataset", "domain_generalization"):
+        for source in dict.fromkeys(averages.loc[averages["protocol"] == protocol, "source"]):
+            columns.append((protocol, source, "accuracy", f"{PROTOCOL_TITLES[protocol]} from {source}"))
+    header = ["Method"] + [f"{title} · {inference}" for *_, title in columns for inference in INFERENCES]
     body = []
-    for dataset in [AVERAGE] + [d for d in dict.fromkeys(frame["dataset"]) if d != AVERAGE]:
-        mine = frame[frame["dataset"] == dataset]
-        cells, counts = [], set()
-        for method, baseline in pairs:
-            for metric in B2N_METRICS:
-                row = mine[(mine["method"] == method) & (mine["baseline"] == baseline) & (mine["metric"] == metric)]
-                if row.empty or np.isnan(row.iloc[0]["mean"]):
-                    cells.append(MISSING)
-                    continue
-                row = row.iloc[0]
-                counts.add(int(row["n_seeds"]))
-                std = "" if np.isnan(row["std"]) else f" ± {_num(row['std'], page.decimals)}"
-                cells.append(f"{row['mean']:+.{page.decimals}f}{std}")
-        label = f"**{AVERAGE}**" if dataset == AVERAGE else dataset
-        body.append([label] + cells + ["–".join(map(str, sorted(counts))) or "0"])
-    return ["### Paired differences", "",
-            "Per seed, the first method's accuracy minus the baseline's on the same few-shot sample and the same "
-            "test images, then mean ± std over the seeds both have (positive: the first method is better). "
-            "The Average compares per-seed averages over the datasets (HM of the averaged Base and Novel).", ""] \
-        + _table(header, body) + [""]
+    for method in [m for m in method_order(page.methods, averages["method"]) if m in set(averages["method"])]:
+        cells = []
+        for protocol, source, metric, _ in columns:
+            for inference in INFERENCES:
+                rows = averages[(averages["inference"] == inference) & (averages["protocol"] == protocol)
+                                & (averages["source"] == source)]
+                cells.append(_cell(rows, AVERAGE, method, metric, page.decimals)[0])
+        body.append([method] + cells)
+    return ["### Unseen classes both ways", "",
+            f"The tables on this page use `fusion.novel: {page.inference}` on unseen classes (novel classes, "
+            "cross-dataset and domain targets), as the eval tables record; MMRL keeps its authors' decoupled "
+            "inference (CLS alone on unseen classes) whatever it says. Beside it, each method that fuses several "
+            "streams under both inferences, from the same trained model and the same evaluation: `cls` = the CLS "
+            "stream alone (MMRL's decoupled inference), `fused` = the fused logits with the α fitted on base "
+            "classes. Seen classes (Base, a transfer model's source) use the fused logits either way. Averages, "
+            "mean ± interval over seeds as above; every dataset: inference.csv.", ""] + _table(header, body) + [""]
+
+
+def _differences(frame: pd.DataFrame, page: Page) -> list[str]:
+    """The Averages of every pair first, then per pair one table per dataset row (base-to-novel, transfer)."""
+    pct = f"{page.confidence:.0%}"
+    lines = ["## Paired differences", "",
+             f"Δ = the first method's number minus the other's, per seed on the same few-shot sample and the same "
+             f"test images, averaged over the seeds both have (positive: the first method is better). Then the {pct} "
+             f"interval over seeds (paired Student's t) and the {pct} interval over test images (paired percentile "
+             f"bootstrap of the images, {page.resamples} resamples, the seeds held fixed). **better** / **worse**: "
+             "both intervals exclude 0 on that side; otherwise *within noise*. With one seed the verdict rests on the "
+             "test images alone and says so. The intervals are per comparison, not adjusted for the many comparisons "
+             "of this page: read the Averages first. Every number: differences.csv.", ""]
+    averages = frame[frame["dataset"] == AVERAGE]
+    body = [[f"{row.method} − {row.baseline}", _where(row), METRIC_NAMES.get(row.metric, "Accuracy"),
+             _delta(row.mean, page), _interval(row.seed_low, row.seed_high, page),
+             _interval(row.image_low, row.image_high, page), _verdict(row.verdict), str(row.n_seeds)]
+            for row in averages.itertuples(index=False)]
+    lines += ["### Averages", ""] + _table(["Pair", "Protocol", "Metric", "Δ", f"{pct} seeds", f"{pct} images",
+                                             "Verdict", "n"], body) + [""]
+    for (method, baseline), pair in frame.groupby(["method", "baseline"], sort=False):
+        lines += [f"### {method} − {baseline}", ""]
+        if pair["mean"].isna().all():
+            lines += [f"No seed holds both {method} and {baseline}.", ""]
+            continue
+        lines += ["Each cell: Δ [interval over seeds] [interval over test images] verdict.", ""]
+        b2n = pair[pair["protocol"] == "base_to_novel"]
+        if not b2n.empty:
+            rows = [[f"**{d}**" if d == AVERAGE else d] + [_difference(b2n, d, metric, page) for metric in B2N_METRICS]
+                    + [_seeds_of(b2n[b2n["dataset"] == d])] for d in _average_first(b2n["dataset"])]
+            lines += _table(["Dataset", "Base", "Novel", "HM", "n"], rows) + [""]
+        transfer = pair[pair["protocol"] != "base_to_novel"]
+        if not transfer.empty:
+            rows = [[_where(row), row.dataset + (" (source)" if row.dataset == row.source else ""),
+                     _difference(transfer[(transfer["protocol"] == row.protocol) & (transfer["source"] == row.source)],
+                                 row.dataset, "accuracy", page), str(row.n_seeds)]
+                    for row in transfer.itertuples(index=False)]
+            lines += _table(["Protocol", "Target", "Accuracy", "n"], rows) + [""]
+    return lines
+
+
+def _where(row) -> str:
+    return "base-to-novel" if row.protocol == "base_to_novel" else f"{PROTOCOL_TITLES[row.protocol]} from {row.source}"
+
+
+def _average_first(datasets) -> list[str]:
+    found = list(dict.fromkeys(datasets))
+    return [AVERAGE] * (AVERAGE in found) + [d for d in found if d != AVERAGE]
+
+
+def _difference(rows: pd.DataFrame, dataset: str, metric: str, page: Page) -> str:
+    match = rows[(rows["dataset"] == dataset) & (rows["metric"] == metric)]
+    if match.empty or np.isnan(match.iloc[0]["mean"]):
+        return MISSING
+    row = match.iloc[0]
+    return (f"{_delta(row['mean'], page)} {_interval(row['seed_low'], row['seed_high'], page)} "
+            f"{_interval(row['image_low'], row['image_high'], page)} {_verdict(row['verdict'])}")
+
+
+def _delta(value: float, page: Page) -> str:
+    return MISSING if np.isnan(value) else f"{value:+.{page.decimals}f}"
+
+
+def _interval(low: float, high: float, page: Page) -> str:
+    if np.isnan(low) or np.isnan(high):
+        return "[—]"
+    return f"[{low:+.{page.decimals}f}, {high:+.{page.decimals}f}]"
+
+
+def _verdict(text: str) -> str:
+    word, _, rest = text.partition(" ")
+    return f"**{word}**{' ' + rest if rest else ''}" if word in ("better", "worse") else f"*{text}*"
+
+
+def _seeds_of(rows: pd.DataFrame) -> str:
+    counts = sorted(set(rows["n_seeds"]))
+    return "–".join(map(str, [counts[0], counts[-1]] if len(counts) > 1 else counts)) if counts else "0"
 
 
 def _streams(frame: pd.DataFrame, page: Page) -> list[str]:
     """Each stream's own accuracy: the CLS stream and every attribute / representation stream."""
     lines = ["### Each stream's own accuracy", "",
-             "Top-1 of every logit stream alone (mean ± std over seeds): `cls` is the CLS feature, the concepts "
+             "Top-1 of every logit stream alone (mean ± interval over seeds, as above): `cls` is the CLS feature, the concepts "
              "are DeAR's attribute streams, `rep` is MMRL's representation feature. The methods' outputs above "
              "fuse them on base classes and use `cls` alone on novel classes (fusion.novel).", ""]
     for dataset in dict.fromkeys(frame["dataset"]):
@@ -155,9 +240,7 @@ def _streams(frame: pd.DataFrame, page: Page) -> list[str]:
                     if row.empty or np.isnan(row.iloc[0]["mean"]):
                         cells.append(MISSING)
                     else:
-                        std = row.iloc[0]["std"]
-                        cells.append(_num(row.iloc[0]["mean"], page.decimals)
-                                     + ("" if np.isnan(std) else f" ± {_num(std, page.decimals)}"))
+                        cells.append(_num(row.iloc[0]["mean"], page.decimals) + _pm(row.iloc[0], page.decimals))
                 body.append([method, split] + cells)
         lines += [f"#### {dataset}", ""] + _table(["Method", "Split"] + streams, body) + [""]
     return lines
@@ -199,11 +282,37 @@ def _roles(page: Page) -> list[str]:
     return lines
 
 
-def _reference() -> list[str]:
-    header = ["Method (published)", "Base", "Novel", "HM"]
-    body = [[name] + ["not reported" if v is None else f"{v:.2f}" for v in values]
-            for name, *values in reference.BASE_TO_NOVEL]
-    return ["## Reference: published numbers (not measured here)", "", reference.CAPTION, ""] + _table(header, body) + [""]
+def _published(frame: pd.DataFrame, problems: list[str], page: Page) -> list[str]:
+    """Published numbers beside ours, in their own section; or why there are none for this run."""
+    lines = ["## Published numbers beside ours", ""]
+    if problems:
+        return lines + ["Not shown: the published numbers were measured with OpenAI's ViT-B/16, 16 shots per class, "
+                        "on CoOp's datasets, and this run is not in that setting (" + "; ".join(problems) + "), so "
+                        "none of its numbers is comparable to a paper's.", ""]
+    pct = f"{page.confidence:.0%}"
+    lines += [f"Comparable in setting: this run uses OpenAI's ViT-B/16, 16 shots per class and CoOp's datasets and "
+              f"splits, as the papers do. Published: the authors' means over their own seeds; ours: the means of the "
+              f"tables above (our implementations of their recipes). Δ = ours − published; *in our interval*: the "
+              f"published value lies inside our {pct} interval over seeds (— with one seed). An Average is compared "
+              f"only when ours covers the published datasets exactly. Kept out of the measured tables; every row: "
+              f"published.csv.", ""]
+    if frame.empty:
+        return lines + ["No method and dataset of this run has a published number.", ""]
+    body = [[row.method, _where_published(row), METRIC_NAMES.get(row.metric, "Accuracy"),
+             _num(row.published, page.decimals), _num(row.ours, page.decimals), _delta(row.difference, page),
+             MISSING if row.inside is None else ("yes" if row.inside else "no"),
+             row.published_source + (" ⚠" if row.flag else "")]
+            for row in frame.itertuples(index=False)]
+    lines += _table(["Method", "Dataset", "Metric", "Published", "Ours", "Δ", "In our interval", "Source"], body)
+    flags = [f"- ⚠ {row.method} · {row.dataset} · {METRIC_NAMES.get(row.metric, row.metric)}: {row.flag} "
+             "(shown as published)" for row in frame.itertuples(index=False) if row.flag]
+    return lines + [""] + (flags + [""] if flags else [])
+
+
+def _where_published(row) -> str:
+    if row.protocol == "base_to_novel":
+        return row.dataset
+    return f"{PROTOCOL_TITLES[row.protocol]} from {row.source}: {row.dataset}"
 
 
 def _pictures(page: Page) -> list[str]:
@@ -216,15 +325,19 @@ def _pictures(page: Page) -> list[str]:
 # --- formatting ------------------------------------------------------------------
 
 def _cell(rows: pd.DataFrame, dataset: str, method: str, metric: str, decimals: int) -> tuple[str, pd.Series | None]:
-    """'mean ± std' of one number, '—' when it is missing; also the row it came from."""
+    """'mean ± half-width of its interval' of one number, '—' when it is missing; also the row it came from."""
     match = rows[(rows["dataset"] == dataset) & (rows["method"] == method) & (rows["metric"] == metric)]
     if match.empty or np.isnan(match.iloc[0]["mean"]):
         return MISSING, None
     row = match.iloc[0]
-    text = _num(row["mean"], decimals)
-    if not np.isnan(row["std"]):
-        text += f" ± {_num(row['std'], decimals)}"
-    return text, row
+    return _num(row["mean"], decimals) + _pm(row, decimals), row
+
+
+def _pm(row: pd.Series, decimals: int) -> str:
+    """' ± h', h the half-width of the row's interval over seeds ('' without one)."""
+    if np.isnan(row["ci_low"]) or np.isnan(row["ci_high"]):
+        return ""
+    return f" ± {_num((row['ci_high'] - row['ci_low']) / 2, decimals)}"
 
 
 def _best(rows: pd.DataFrame, dataset: str, methods: list[str], metric: str) -> float:

@@ -12,9 +12,9 @@ table of results.md:
 - The base-to-novel Average row averages Base and Novel over datasets and
   takes the HM of those two averages (the same convention), so it is not
   the mean of the HM column.
-- Paired differences (`differences`): per seed, one method's number minus
-  another's on the same few-shot sample, then mean ± std over the seeds
-  both have; HM differences are per-seed HM minus per-seed HM.
+- Every mean has a 95% (`report.confidence`) interval over its seeds:
+  mean ± t_{n-1} · s/√n (dear.report.stats); an HM's is centred on the HM
+  of the means, with the spread of the per-seed HMs.
 - Transfer protocols (cross-dataset, domain generalization): one accuracy
   per target; the Average is over the targets, the source left out.
 - An average holds a number only when every dataset (target) of the table
@@ -29,11 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dear.results import harmonic_mean
+from dear.report import stats
+from dear.results import FUSED, OUTPUT, harmonic_mean, seed_accuracy
 
 B2N_METRICS = ("base", "novel", "hm")
 AVERAGE = "Average"
-COLUMNS = ["protocol", "source", "dataset", "row", "method", "metric", "mean", "std",
+COLUMNS = ["protocol", "source", "dataset", "row", "method", "metric", "mean", "std", "ci_low", "ci_high",
            "n_seeds", "seeds", "missing_seeds", "std_warning"]
 
 
@@ -45,6 +46,7 @@ class Conventions:
     seeds: list[int]        # expected seeds
     ddof: int               # std over seeds: 1 sample, 0 population
     std_warning: float      # points; a dataset row's std above it is flagged
+    confidence: float = 0.95  # of the interval over seeds
 
 
 def method_order(listed: list[str], found) -> list[str]:
@@ -151,67 +153,67 @@ def _record(protocol: str, source: str, dataset: str, row: str, method: str, met
     if mean is None:
         mean = float(array.mean()) if len(array) else np.nan
     std = float(array.std(ddof=conv.ddof)) if len(array) > conv.ddof else np.nan
+    low, high = stats.seed_interval(array, conv.confidence, center=mean) if not np.isnan(mean) else (np.nan, np.nan)
     missing = sorted(set(conv.seeds) - set(seeds))
     return {
         "protocol": protocol, "source": source, "dataset": dataset, "row": row, "method": method,
-        "metric": metric, "mean": mean, "std": std, "n_seeds": len(seeds),
+        "metric": metric, "mean": mean, "std": std, "ci_low": low, "ci_high": high, "n_seeds": len(seeds),
         "seeds": ";".join(map(str, seeds)), "missing_seeds": ";".join(map(str, missing)),
         "std_warning": bool(row == "dataset" and not np.isnan(std) and std > conv.std_warning),
         "values": values,
     }
 
 
-# --- paired differences and per-stream accuracy ------------------------------------
+# --- per-stream accuracy ------------------------------------------------------------
 
-DIFFERENCE_COLUMNS = ["dataset", "method", "baseline", "metric", "mean", "std", "n_seeds", "seeds"]
-
-
-def differences(per_seed: pd.DataFrame, pairs: list[tuple[str, str]], conv: Conventions) -> pd.DataFrame:
-    """Base-to-novel paired differences method - baseline per dataset and for the Average, per seed.
-
-    per_seed: `seed_accuracy` rows of the output stream. The Average's per-seed
-    value is the HM of that seed's Base and Novel averaged over the datasets.
-    """
-    rows = per_seed[per_seed["protocol"] == "base_to_novel"]
-    datasets = sorted(rows["target"].unique())
-    records = []
-    for method, baseline in pairs:
-        for dataset in datasets + [AVERAGE]:
-            a, b = (_seed_values(rows, name, datasets, dataset) for name in (method, baseline))
-            for metric in B2N_METRICS:
-                seeds = sorted(set(a[metric]) & set(b[metric]))
-                diffs = np.array([a[metric][s] - b[metric][s] for s in seeds], dtype=float)
-                std = float(diffs.std(ddof=conv.ddof)) if len(diffs) > conv.ddof else np.nan
-                records.append({"dataset": dataset, "method": method, "baseline": baseline, "metric": metric,
-                                "mean": float(diffs.mean()) if len(diffs) else np.nan, "std": std,
-                                "n_seeds": len(seeds), "seeds": ";".join(map(str, seeds))})
-    return pd.DataFrame(records, columns=DIFFERENCE_COLUMNS)
-
-
-def _seed_values(rows: pd.DataFrame, method: str, datasets: list[str], dataset: str) -> dict[str, dict[int, float]]:
-    """{metric: {seed: value}} of one method on one dataset, or on the Average of all datasets."""
-    mine = rows[rows["method"] == method]
-    if dataset != AVERAGE:
-        return {metric: _by_seed(mine[mine["target"] == dataset], metric) for metric in B2N_METRICS}
-    seeds = _complete_seeds(mine, datasets, ["base", "novel"])
-    values = {metric: {s: _mean_over(mine, datasets, s, metric) for s in seeds} for metric in ("base", "novel")}
-    values["hm"] = {s: float(harmonic_mean(values["base"][s], values["novel"][s])) for s in seeds}
-    return values
-
-
-STREAM_COLUMNS = ["dataset", "method", "stream", "split", "mean", "std", "n_seeds"]
+STREAM_COLUMNS = ["dataset", "method", "stream", "split", "mean", "std", "ci_low", "ci_high", "n_seeds"]
 
 
 def stream_accuracy(per_seed_streams: pd.DataFrame, conv: Conventions) -> pd.DataFrame:
-    """Each stream's own base / novel accuracy (mean ± std over seeds) per base-to-novel dataset and method."""
+    """Each stream's own base / novel accuracy (mean, std, interval over seeds) per base-to-novel dataset and method."""
     rows = per_seed_streams[(per_seed_streams["protocol"] == "base_to_novel")
-                            & (per_seed_streams["stream"] != "output")]
+                            & ~per_seed_streams["stream"].isin([OUTPUT, FUSED])]
     records = []
     for (dataset, method, stream), mine in rows.groupby(["target", "method", "stream"], sort=False):
         for split in ("base", "novel"):
             values = mine[split].dropna().to_numpy(float)
+            low, high = stats.seed_interval(values, conv.confidence)
             records.append({"dataset": dataset, "method": method, "stream": stream, "split": split,
                             "mean": float(values.mean()) if len(values) else np.nan,
                             "std": float(values.std(ddof=conv.ddof)) if len(values) > conv.ddof else np.nan,
-                            "n_seeds": len(values)})
+                            "ci_low": low, "ci_high": high, "n_seeds": len(values)})
     return pd.DataFrame(records, columns=STREAM_COLUMNS)
+
+
+# --- unseen classes under both inferences (SPEC §6) --------------------------------
+
+INFERENCES = ("cls", FUSED)  # fusion.novel: the CLS stream alone, or the fused logits, on unseen classes
+
+
+def under_inference(every_stream: pd.DataFrame, inference: str) -> pd.DataFrame:
+    """The output rows as `inference` would make them: seen classes unchanged (fused), unseen ones from that stream.
+
+    Seen: base-to-novel base classes, and a transfer model's own source; unseen: novel classes and every other
+    target. Only methods that have streams besides CLS (their fusion has something to choose) are kept.
+    """
+    fusing = set(every_stream.loc[~every_stream["stream"].isin([OUTPUT, FUSED, "cls"]), "method"])
+    rows = every_stream[every_stream["method"].isin(fusing)]
+    seen = (rows["split"] == "base") | ((rows["protocol"] != "base_to_novel") & (rows["target"] == rows["source"]))
+    chosen = rows[((rows["stream"] == OUTPUT) & seen) | ((rows["stream"] == inference) & ~seen)]
+    return chosen.assign(stream=OUTPUT)
+
+
+def both_inferences(every_stream: pd.DataFrame, conv: Conventions) -> pd.DataFrame:
+    """`aggregate` of each inference, one frame with an `inference` column first (empty: no fusing method)."""
+    frames = []
+    for inference in INFERENCES:
+        rows = under_inference(every_stream, inference)
+        if not rows.empty:
+            per_seed = seed_accuracy(rows.drop(columns="stream"))
+            listed = Conventions([m for m in conv.methods if m in set(rows["method"])], conv.seeds, conv.ddof,
+                                 conv.std_warning, conv.confidence)
+            frames.append(aggregate(per_seed, listed).assign(inference=inference))
+    if not frames:
+        return pd.DataFrame(columns=["inference"] + COLUMNS)
+    frame = pd.concat(frames, ignore_index=True)
+    return frame[["inference"] + [c for c in frame.columns if c != "inference"]]

@@ -13,7 +13,10 @@
 
 Besides the method's output, every stream's own predictions are counted
 (stream `cls`, each attribute concept, MMRL's `rep`), so the report can show
-what each attribute stream learned.
+what each attribute stream learned, and so are the fused logits on every
+target (stream `fused`): with `fusion.novel: cls` the unseen classes are
+then scored both ways in this one pass (SPEC §6). Every count comes with
+the per-image hits the report's paired bootstrap needs.
 
 Images of each target are encoded once; text features once per class list.
 Writes `eval.parquet` (dear.results.EVAL_SCHEMA: correct, total per class)
@@ -32,11 +35,11 @@ import torch
 from dear import evaluation
 from dear.data.manifest import read_manifest
 from dear.errors import DearError
-from dear.io import output_folder, provenance, read_json, write_json
+from dear.io import output_folder, provenance, read_json, sha256_json, write_json
 from dear.model.clip import load_backbone
 from dear.model.trained import load_trained, read_trained
 from dear.params import Params
-from dear.results import OUTPUT, eval_frame, run_metrics, write_eval
+from dear.results import FUSED, OUTPUT, eval_frame, run_metrics, write_eval
 
 log = logging.getLogger("dear.evaluate")
 
@@ -89,10 +92,13 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         logits = evaluation.stream_logits(model, encoded[key], target.images.classnames, template)  # [N, S+1, C]
         output = model.output(logits, alpha, target.seen, params.fusion.novel)  # [N, C]
         rows += _rows(record, inputs.source.name, target, OUTPUT, output)
+        # what the method does on seen classes, here on every class: unseen ones under the other inference too
+        rows += _rows(record, inputs.source.name, target, FUSED, model.output(logits, alpha, True, params.fusion.novel))
         for index, stream in enumerate(model.stream_names()):
             rows += _rows(record, inputs.source.name, target, stream, logits[:, index])
     made_by = provenance({"fusion": params.fusion, "evaluate": params.evaluate},
-                         {"model": inputs.model, "fusion": inputs.fusion}, record["seed"])
+                         {"model": inputs.model, "fusion": inputs.fusion, **_manifests(inputs, targets)}, record["seed"])
+    made_by["test_images_sha256"] = {f"{t.protocol}/{t.name}/{t.split}": sha256_json(t.images.paths) for t in targets}
     metrics = run_metrics(eval_frame(rows))
     with output_folder(outputs.folder, Outputs.FILES) as folder:
         write_eval(folder / "eval.parquet", rows, made_by)
@@ -154,12 +160,19 @@ def _targets(params: Params, inputs: Inputs) -> list[Target]:
     return targets
 
 
+def _manifests(inputs: Inputs, targets: list[Target]) -> dict[str, Path]:
+    """{"manifest:<dataset>": path} of every dataset scored: the data the numbers come from, hashed in provenance."""
+    folders = {inputs.source.name: inputs.source} | {t.name: inputs.data / t.name for t in targets
+                                                      if t.name != inputs.source.name}
+    return {f"manifest:{name}": folder / "manifest.parquet" for name, folder in sorted(folders.items())}
+
+
 def _rows(record: dict, source: str, target: Target, stream: str, logits: torch.Tensor) -> list[dict]:
-    correct, total = evaluation.per_class_counts(logits, target.images.labels, len(target.images.classnames))
+    hits = evaluation.per_class_hits(logits, target.images.labels, len(target.images.classnames))
     return [
         {"method": record["method"], "source": source, "seed": record["seed"], "protocol": target.protocol,
          "target": target.name, "split": target.split, "stream": stream, "label": label, "classname": name,
-         "correct": hits, "total": count}
-        for label, (name, hits, count) in enumerate(zip(target.images.classnames, correct, total))
-        if count > 0  # a class without test images is not scored
+         "correct": sum(right), "total": len(right), "hits": right}
+        for label, (name, right) in enumerate(zip(target.images.classnames, hits))
+        if right  # a class without test images is not scored
     ]

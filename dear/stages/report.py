@@ -6,12 +6,17 @@ memory, and only then writes the output folder, which replaces the old one
 as a whole (`dear.io.output_folder`):
 
     results.md, results.csv        tables per protocol (dear.report.tables / markdown), pictures linked
-    differences.csv                per-seed paired differences (report.differences) per dataset
+    differences.csv                paired differences (report.compare against each method) with intervals and verdicts
     streams.csv                    each logit stream's own accuracy per dataset and method
+    published.csv                  published numbers beside ours (rows only for a run in their setting)
+    inference.csv                  unseen classes under both inferences (fusion.novel cls / fused), every dataset
     metrics.json                   averages per protocol and method, for `dvc metrics/exp show`
     provenance.json                params, input hashes and versions behind the report
+    record.json                    the record of the run (dear.runrecord): code, params, recipes, data, environment,
+                                   each job's time and memory
     base_novel.png, loss_curves.png, roles/<dataset>.png
     plots/base_novel.csv, plots/transfer.csv, plots/loss.csv   data of `dvc plots`
+    paper/<protocol>.csv|md|tex    the papers' table layouts, best per column in bold (dear.report.paper)
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ from typing import ClassVar
 import pandas as pd
 
 from dear.errors import DearError
-from dear.io import output_folder, provenance, read_parquet, write_bytes, write_json
+from dear import runrecord
+from dear.io import output_folder, provenance, read_parquet, sha256_json, write_bytes, write_json
 from dear.params import Params
 from dear.model import ablation
-from dear.report import markdown, plots, tables
+from dear.report import markdown, paired, paper, plots, reference, tables
 from dear.report.train_logs import read_train_logs
 from dear.results import read_evals, seed_accuracy
 
@@ -42,53 +48,82 @@ class Inputs:
     evals: list[Path]                                       # eval.parquet of every run to report
     train_logs: list[Path] = field(default_factory=list)    # train_log.parquet (runs/<method>/<ds>/train/seed<S>/)
     roles: list[Path] = field(default_factory=list)         # roles/<dataset>/heatmap.png (ablation.parquet beside it)
+    models: list[Path] = field(default_factory=list)        # model.pt of every run: the record's recipes and hashes
+    benchmarks: list[Path] = field(default_factory=list)    # folders of the jobs' *.benchmark.tsv (logs/)
 
 
 @dataclass(frozen=True)
 class Outputs:
     folder: Path  # gets the files listed in the module docstring
-    FILES: ClassVar[tuple[str, ...]] = ("results.md", "*.csv", "metrics.json", "provenance.json", "*.png", "plots",
-                                        "roles")
+    FILES: ClassVar[tuple[str, ...]] = ("results.md", "*.csv", "metrics.json", "provenance.json", "record.json", "*.png",
+                                        "plots", "roles", "paper")
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     conventions = tables.Conventions(methods=list(params.report.methods), seeds=list(params.data.seeds),
-                                     ddof=params.report.std_ddof, std_warning=params.report.std_warning)
+                                     ddof=params.report.std_ddof, std_warning=params.report.std_warning,
+                                     confidence=params.report.confidence)
     every_stream = read_evals(inputs.evals, streams=True)
     evals = every_stream[every_stream["stream"] == "output"]
     logs = read_train_logs(inputs.train_logs)
     heatmaps = read_heatmaps(inputs.roles)
     ablations = read_ablations(inputs.roles)
-    per_seed = seed_accuracy(evals)
-    results = tables.aggregate(per_seed, conventions)
-    differences = tables.differences(per_seed, [tuple(pair) for pair in params.report.differences], conventions)
+    record = provenance({"report": params.report, "seeds": params.data.seeds, "model": params.model,
+                         "data": params.data}, inputs=_input_paths(inputs))
+    run_record = runrecord.build(inputs.models, inputs.evals, inputs.benchmarks, params.model_dump(mode="json"),
+                                 {"params_sha256": sha256_json(params.model_dump(mode="json")),
+                                  **{key: record[key] for key in ("code", "versions", "devices")}})
+    results = tables.aggregate(seed_accuracy(evals), conventions)
+    differences = paired.differences(evals, comparisons(params.report, evals), paired.Options(
+        confidence=params.report.confidence, resamples=params.report.bootstrap_resamples, ddof=params.report.std_ddof))
     streams = tables.stream_accuracy(seed_accuracy(every_stream), conventions)
+    inferences = tables.both_inferences(every_stream, conventions)
+    problems = reference.setting_problems(params)
+    published = reference.beside(results) if params.report.reference and not problems \
+        else pd.DataFrame(columns=reference.COLUMNS)  # the file is always there; rows only in the published setting
 
     page = markdown.Page(decimals=params.report.decimals, methods=conventions.methods, seeds=conventions.seeds,
-                         ddof=conventions.ddof, std_warning=conventions.std_warning, n_evals=len(set(inputs.evals)),
+                         std_warning=conventions.std_warning, n_evals=len(set(inputs.evals)),
+                         confidence=params.report.confidence, resamples=params.report.bootstrap_resamples,
                          reference=params.report.reference, heatmaps=[f"roles/{name}.png" for name in heatmaps],
-                         has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()})
+                         has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()},
+                         setting_problems=problems, inference=_inference(run_record))
+    text = markdown.render(results, page, differences, streams, published, inferences)
     files = {
-        "results.md": markdown.render(results, page, differences, streams).encode(),
+        "results.md": "\n".join([text, *runrecord.markdown(run_record)]).encode(),
         "results.csv": _csv(results),
         "differences.csv": _csv(differences),
         "streams.csv": _csv(streams),
+        "published.csv": _csv(published),
+        "inference.csv": _csv(inferences),
         "base_novel.png": plots.base_novel_png(results, conventions.methods, params.report.dpi),
         "loss_curves.png": plots.loss_png(logs, conventions.methods, params.report.loss_smoothing,
                                           params.report.dpi),
         "plots/base_novel.csv": _csv(base_novel_data(results)),
         "plots/transfer.csv": _csv(transfer_data(results)),
         "plots/loss.csv": _csv(logs),
+        **paper.tables(results, conventions.methods, params.report.decimals),
+        **{f"roles/{name}.png": data for name, data in heatmaps.items()},
     }
-    files.update({f"roles/{name}.png": data for name, data in heatmaps.items()})
-    record = provenance({"report": params.report, "seeds": params.data.seeds}, inputs=_input_paths(inputs))
-
     with output_folder(outputs.folder, Outputs.FILES) as folder:  # also drops pictures of datasets no longer given
         for name, data in files.items():
             write_bytes(folder / name, data)
         write_json(folder / "metrics.json", metrics(results, differences))
         write_json(folder / "provenance.json", {"provenance": record})
+        write_json(folder / "record.json", run_record)
     _log_summary(results, outputs.folder)
+
+
+def _inference(run_record: dict) -> str:
+    """fusion.novel as the eval tables record it ('cls', 'fused', or both named when they disagree)."""
+    found = sorted({str(entry["fusion_novel"] or "not recorded") for entry in run_record["evaluations"]})
+    return " and ".join(found) or "not recorded"
+
+
+def comparisons(report, evals: pd.DataFrame) -> list[tuple[str, str]]:
+    """(report.compare, other) for every other method, listed or found, in the tables' row order."""
+    return [(report.compare, other) for other in tables.method_order(report.methods, evals["method"])
+            if other != report.compare]
 
 
 def read_heatmaps(paths: list[Path]) -> dict[str, bytes]:
@@ -129,7 +164,8 @@ def metrics(results: pd.DataFrame, differences: pd.DataFrame | None = None) -> d
     """
     out: dict = {}
     if differences is not None:
-        for row in differences[differences["dataset"] == tables.AVERAGE].itertuples(index=False):
+        average = differences[(differences["dataset"] == tables.AVERAGE) & (differences["protocol"] == "base_to_novel")]
+        for row in average.itertuples(index=False):
             out.setdefault("differences", {}).setdefault(f"{row.method}_minus_{row.baseline}", {})[row.metric] = \
                 _rounded(row.mean)
     averages = results[results["row"] == "average"]
@@ -177,7 +213,8 @@ def _rounded(value: float) -> float | None:
 
 def _input_paths(inputs: Inputs) -> dict[str, Path]:
     named = {}
-    for kind, paths in (("eval", inputs.evals), ("train_log", inputs.train_logs), ("roles", inputs.roles)):
+    for kind, paths in (("eval", inputs.evals), ("train_log", inputs.train_logs), ("roles", inputs.roles),
+                        ("model", inputs.models)):
         named.update({f"{kind}:{path}": Path(path) for path in sorted({str(p) for p in paths})})
     return named
 

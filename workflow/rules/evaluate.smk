@@ -18,6 +18,8 @@ rule fuse:
         section=section("fusion", "evaluate"),
     log:
         rooted("logs/fuse/{method}/{dataset}.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/fuse/{method}/{dataset}.benchmark.tsv")
     shell:
         "dear fuse --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt"
         " --fewshot {R}data/{wildcards.dataset}/fewshot-seed{{seed}}.parquet --classes base --backbone {R}backbone"
@@ -40,6 +42,8 @@ rule fuse_transfer:
         section=section("fusion", "evaluate"),
     log:
         rooted("logs/fuse_transfer/{method}.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/fuse_transfer/{method}.benchmark.tsv")
     shell:
         "dear fuse --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt"
         " --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --classes all --backbone {R}backbone"
@@ -63,6 +67,8 @@ rule evaluate:
         section=section("fusion", "evaluate", "study"),
     log:
         rooted("logs/evaluate/{method}/{dataset}.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/evaluate/{method}/{dataset}.benchmark.tsv")
     shell:
         "dear evaluate --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt"
         " --fusion {R}runs/{wildcards.method}/{wildcards.dataset}/fuse/seed{{seed}}/fusion.json"
@@ -87,6 +93,8 @@ rule evaluate_transfer:
         section=section("fusion", "evaluate", "study"),
     log:
         rooted("logs/evaluate_transfer/{method}.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/evaluate_transfer/{method}.benchmark.tsv")
     shell:
         "dear evaluate --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt"
         " --fusion {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --source {R}data/{SOURCE}"

@@ -11,5 +11,7 @@ rule prepare:
         section=section("data"),
     log:
         rooted("logs/prepare/{dataset}.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/prepare/{dataset}.benchmark.tsv")
     shell:
         "dear prepare --params {CONFIG} --dataset {wildcards.dataset} --out {R}data/{wildcards.dataset} --log {log}"

@@ -17,5 +17,7 @@ rule profile:
         out=rooted(f"roles/{PROFILED}"),
     log:
         rooted("logs/profile.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/profile.benchmark.tsv")
     shell:
         "dear profile --params {CONFIG} --backbone {R}backbone --manifest {input.manifest} --out {params.out} --log {log}"

@@ -20,6 +20,8 @@ rule train:
         section=section("train"),
     log:
         rooted("logs/train/{method}/{dataset}.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/train/{method}/{dataset}.benchmark.tsv")
     shell:
         "dear train --params {CONFIG} --method {wildcards.method} --dataset {wildcards.dataset} --classes base"
         " --backbone {R}backbone --fewshot {R}data/{wildcards.dataset}/fewshot-seed{{seed}}.parquet --roles {input.roles}"
@@ -41,6 +43,8 @@ rule train_transfer:
         section=section("train"),
     log:
         rooted("logs/train_transfer/{method}.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/train_transfer/{method}.benchmark.tsv")
     shell:
         "dear train --params {CONFIG} --method {wildcards.method} --dataset {SOURCE} --classes all"
         " --backbone {R}backbone --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --roles {input.roles}"

@@ -8,6 +8,8 @@ rule world:
         section=section("world"),
     log:
         rooted("logs/world.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/world.benchmark.tsv")
     shell:
         "dear world --params {CONFIG} --out {R}world --log {log}"
 
@@ -23,5 +25,7 @@ rule backbone:
         section=section("world", "model", "backbone"),
     log:
         rooted("logs/backbone.log"),
+    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        rooted("logs/backbone.benchmark.tsv")
     shell:
         "dear backbone --params {CONFIG} --world {R}world --out {R}backbone --log {log}"

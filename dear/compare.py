@@ -1,0 +1,194 @@
+"""`dear compare RUN_A RUN_B`: which numbers moved beyond noise between two runs, and which inputs differ.
+
+A run is its report folder (or an output root holding report/): its
+record.json (dear.runrecord) names the eval tables, model files, params,
+code, data and environment of the run. Numbers: for every method both runs
+hold, B minus A per seed on the same few-shot seeds and the same test
+images, with the report's intervals and verdict (dear.report.paired: run B
+takes the place of the method, run A of the baseline). Inputs: the params
+(every key that differs), each trained model's recipe and run hash, the
+code commits, the data manifests' hashes, the versions and devices.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from dear.errors import DearError
+from dear.params import Params
+from dear.report import paired
+from dear.results import read_evals
+
+LOCATION_KEYS = ("output_root", "data.root", "model.cache_dir")  # where a run reads and writes, not what it computes
+
+
+def run(params: Params, run_a: Path, run_b: Path) -> str:
+    """The comparison as Markdown (what `dear compare` prints)."""
+    a, b = _report_folder(run_a), _report_folder(run_b)
+    record_a, record_b = _record(a), _record(b)
+    lines = [f"# dear compare: {run_a} → {run_b}", "", "## Inputs that differ", ""]
+    lines += inputs_differ(record_a, record_b)
+    moved = numbers(a, b, record_a, record_b, paired.Options(params.report.confidence,
+                                                             params.report.bootstrap_resamples, params.report.std_ddof))
+    lines += ["", "## Numbers", ""] + _numbers_text(moved, params.report.decimals, params.report.confidence)
+    return "\n".join(lines) + "\n"
+
+
+def _report_folder(path: Path) -> Path:
+    for folder in (Path(path), Path(path) / "report"):
+        if (folder / "record.json").is_file():
+            return folder
+    raise DearError(f"{path}: no record.json here or in {Path(path) / 'report'}; pass a run's report folder "
+                    "(written by `dear report` with --models and --benchmarks) or its output root")
+
+
+def _record(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "record.json").read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise DearError(f"{folder / 'record.json'}: not readable ({err}); rerun `dear report`") from err
+
+
+# --- inputs ----------------------------------------------------------------------------
+
+def inputs_differ(a: dict, b: dict) -> list[str]:
+    """One line per kind of input: what differs between the two records, or that nothing does."""
+    flat_a, flat_b = flatten(a["params"]), flatten(b["params"])
+    changed = [key for key in sorted(set(flat_a) | set(flat_b)) if flat_a.get(key) != flat_b.get(key)]
+    what = [key for key in changed if not key.startswith(LOCATION_KEYS)]
+    lines = [f"- **params**: {len(what)} differ" + (":" if what else " (besides where the runs read and write)")]
+    lines += [f"  - `{key}`: {_show(flat_a.get(key))} → {_show(flat_b.get(key))}" for key in what]
+    where = [key for key in changed if key.startswith(LOCATION_KEYS)]
+    if where:
+        lines.append("  - where they read and write: " + ", ".join(f"`{key}`" for key in where))
+    lines += _recipes(a["models"], b["models"])
+    lines.append(_same_or("code", a["code"], b["code"], lambda c: f"{c.get('commit')} (clean: {c.get('clean')})"))
+    data = _same_or("data", a["data"], b["data"], str)
+    if a["data"] != b["data"] and a["params"].get("output_root") != b["params"].get("output_root"):
+        data += (" (the manifests' sha256; a manifest records where its images lie, so the same images under "
+                 "another output root or data.root give another hash)")
+    lines.append(data)
+    lines.append(_same_or("versions", a["versions"], b["versions"], lambda v: json.dumps(v, sort_keys=True)))
+    lines.append(_same_or("devices", a["devices"], b["devices"], lambda v: json.dumps(v, sort_keys=True)))
+    return lines
+
+
+def flatten(value, prefix: str = "") -> dict[str, object]:
+    """{"train.recipes.coop.epochs": 30, ...}: nested dicts as dotted keys (lists stay values)."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    found = {}
+    for key, item in value.items():
+        found.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    return found
+
+
+def _show(value) -> str:
+    return "absent" if value is None else json.dumps(value)
+
+
+def _recipes(a: list[dict], b: list[dict]) -> list[str]:
+    """Trained runs (method, dataset, classes, seed) whose recipe or run hash differ, with the recipe keys."""
+    key = lambda m: (m["method"], m["dataset"], m["classes"], m["seed"])  # noqa: E731
+    old, new = {key(m): m for m in a}, {key(m): m for m in b}
+    both = sorted(set(old) & set(new), key=str)
+    hashes = [k for k in both if old[k]["params_sha256"] != new[k]["params_sha256"]]
+    keys = sorted({name for k in both for name in set(_values(old[k])) | set(_values(new[k]))
+                   if _values(old[k]).get(name) != _values(new[k]).get(name)})
+    lines = [f"- **trained runs**: {len(hashes)} of {len(both)} in both runs have another run hash"
+             + (f" ({', '.join(sorted({k[0] for k in hashes}))})" if hashes else "")]
+    if keys:
+        lines.append("  - recipe keys that differ: " + ", ".join(f"`{name}`" for name in keys))
+    only = sorted(set(old) ^ set(new), key=str)
+    if only:
+        lines.append(f"  - {len(only)} trained runs are in one run only")
+    return lines
+
+
+def _values(model: dict) -> dict[str, object]:
+    """A trained run's recipe as {key: value} (a recorded recipe's values; an older model.pt's train section)."""
+    recipe = model["recipe"]
+    if isinstance(recipe, dict) and "settings" in recipe:
+        return {key: setting["value"] for key, setting in recipe["settings"].items()}
+    return flatten(recipe)
+
+
+def _same_or(kind: str, a, b, show) -> str:
+    if a == b:
+        return f"- **{kind}**: the same"
+    if isinstance(a, dict):
+        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        return f"- **{kind}**: differ for " + ", ".join(f"{k} ({_short(a.get(k))} → {_short(b.get(k))})" for k in keys)
+    return f"- **{kind}**: {'; '.join(map(show, a))} → {'; '.join(map(show, b))}"
+
+
+def _short(value) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v)[:12] for v in value) or "absent"
+    return "absent" if value is None else str(value)[:12]
+
+
+# --- numbers ---------------------------------------------------------------------------
+
+def numbers(a: Path, b: Path, record_a: dict, record_b: dict, options: paired.Options) -> pd.DataFrame:
+    """Every number of both runs' tables: B − A per method, paired by seed and test image, with a verdict."""
+    evals_a = _output_rows(a, record_a)
+    evals_b = _output_rows(b, record_b)
+    frames = []
+    for method in sorted(set(evals_a["method"]) & set(evals_b["method"])):
+        both = pd.concat([evals_a[evals_a["method"] == method].assign(method="A"),
+                          evals_b[evals_b["method"] == method].assign(method="B")], ignore_index=True)
+        try:
+            moved = paired.differences(both, [("B", "A")], options)
+        except DearError as err:
+            raise DearError(f"{method}: the runs scored different test images, so no number pairs up "
+                            f"({err})") from err
+        frames.append(moved.assign(method=method).drop(columns="baseline"))
+    if not frames:
+        raise DearError(f"{a} and {b}: no method is in both runs; nothing to compare")
+    return pd.concat(frames, ignore_index=True)
+
+
+def _output_rows(folder: Path, record: dict) -> pd.DataFrame:
+    paths = [_located(folder, entry["file"]) for entry in record["evaluations"]]
+    frame = read_evals(paths)
+    return frame
+
+
+def _located(report: Path, path: str) -> Path:
+    """A path as the report was given it: relative to where the engine ran, which holds the report folder."""
+    if Path(path).is_absolute() or Path(path).exists():
+        return Path(path)
+    for base in report.resolve().parents:
+        if (base / path).exists():
+            return base / path
+    raise DearError(f"{path}: eval table listed in {report / 'record.json'} not found; compare runs whose trees "
+                    "are still there")
+
+
+def _numbers_text(moved: pd.DataFrame, decimals: int, confidence: float) -> list[str]:
+    real = moved[moved["verdict"].str.startswith(("better", "worse"))]
+    changed = moved[(moved["mean"].abs() > 0) & ~moved.index.isin(real.index)]
+    pct = f"{confidence:.0%}"
+    lines = [f"Δ = B − A per seed (the same seeds, the same test images), averaged; {pct} intervals over seeds and "
+             f"over test images; *beyond noise* when both exclude 0 (as the report's paired differences). "
+             f"{len(moved)} numbers compared: {len(real)} moved beyond noise, {len(changed)} moved within noise, "
+             f"{len(moved) - len(real) - len(changed)} did not move.", ""]
+    for title, rows in (("Moved beyond noise", real), ("Moved within noise", changed)):
+        lines += [f"### {title}", ""]
+        if rows.empty:
+            lines += ["None.", ""]
+            continue
+        lines += ["| Method | Protocol | Dataset | Metric | Δ | seeds | images | verdict | n |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for row in rows.itertuples(index=False):
+            where = "base-to-novel" if row.protocol == "base_to_novel" else f"{row.protocol} from {row.source}"
+            lines.append(f"| {row.method} | {where} | {row.dataset} | {row.metric} | {row.mean:+.{decimals}f} | "
+                         f"[{row.seed_low:+.{decimals}f}, {row.seed_high:+.{decimals}f}] | "
+                         f"[{row.image_low:+.{decimals}f}, {row.image_high:+.{decimals}f}] | {row.verdict} | "
+                         f"{row.n_seeds} |")
+        lines.append("")
+    return lines

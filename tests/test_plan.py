@@ -1,0 +1,66 @@
+"""dear.plan: the work a config's jobs do, the fit of a stage's time to it, and the plan of the paper config."""
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from dear.params import load_params
+from dear.plan import fit, image_gflops, planned_jobs, prompt_gflops, size, work
+from tests import tiny_study
+
+ROOT = tiny_study.ROOT
+
+
+def test_a_models_gflops_come_from_its_architecture():
+    # ViT-B/16: 12 layers of width 768 over 197 tokens: 2 * 12 * (12 * 197 * 768^2 + 2 * 197^2 * 768) = 34.9 GFLOPs
+    # (the usual count is 17.6 G multiply-adds); its text tower: 12 layers of 512 over 77 tokens
+    assert image_gflops("ViT-B-16") == pytest.approx(34.895, abs=0.01)
+    assert prompt_gflops("ViT-B-16") == pytest.approx(2 * 12 * (12 * 77 * 512**2 + 2 * 77**2 * 512) / 1e9)
+    assert image_gflops("dear-world-tiny") < image_gflops("ViT-B-16") / 100
+
+
+def test_a_training_jobs_work_grows_with_seeds_epochs_shots_and_classes(tmp_path):
+    params = load_params(tiny_study.write(tmp_path / "params.yaml"))
+    classes = size(params, "world_objects").classes
+    base = math.ceil(classes / 2)
+    recipe = params.train.recipe("coop", "world_objects", "base_to_novel")
+    epochs, batch = recipe.epochs, recipe.batch_size
+    images = params.data.shots * base
+    image, prompt = image_gflops(params.model.arch), prompt_gflops(params.model.arch)
+    expected = 2 * (epochs * images * 3 * image + epochs * math.ceil(images / batch) * base * 3 * prompt)
+    assert work(params, "train/coop/world_objects") == pytest.approx(expected)
+    assert work(params, "train/zeroshot/world_objects") == 0.0
+    raw = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    raw["data"]["seeds"] = [1, 2, 3, 4]
+    (tmp_path / "more.yaml").write_text(yaml.safe_dump(raw))
+    more = load_params(tmp_path / "more.yaml")
+    assert work(more, "train/coop/world_objects") == pytest.approx(2 * expected)
+    assert work(more, "evaluate/coop/world_objects") == pytest.approx(2 * work(params, "evaluate/coop/world_objects"))
+    assert work(more, "prepare/world_objects") == work(params, "prepare/world_objects")
+
+
+def test_the_paper_configs_jobs_and_sizes_are_known_before_its_data_is_there():
+    params = load_params(ROOT / "configs/paper-vitb16.yaml")
+    jobs = planned_jobs(params)
+    methods, datasets = len(params.study.methods), len(params.study.base_to_novel)
+    assert sum(job.startswith("train/") for job in jobs) == methods * datasets
+    assert sum(job.startswith("prepare/") for job in jobs) == len(params.data.datasets)
+    assert size(params, "imagenet").test == 50_000 and size(params, "oxford_pets").classes == 37
+    # ImageNet's evaluation (the transfer source and its 14 targets) outweighs any base-to-novel dataset's
+    assert work(params, "evaluate_transfer/dear") > 10 * work(params, "evaluate/dear/dtd")
+
+
+def test_a_stages_fit_separates_its_fixed_cost_from_its_rate():
+    work_done = np.array([0.0, 10.0, 20.0, 40.0])
+    overhead, rate = fit(work_done, 5.0 + 0.5 * work_done)
+    assert (overhead, rate) == (pytest.approx(5.0), pytest.approx(0.5))
+    # one size of job: overhead and rate cannot be told apart, so the time scales in proportion to the work
+    assert fit(np.array([10.0, 10.0]), np.array([7.0, 9.0])) == (0.0, pytest.approx(0.8))
+    assert fit(np.array([0.0, 0.0]), np.array([3.0, 5.0])) == (4.0, 0.0)  # no work (zero-shot training): a fixed cost
+    # two seeds a job: the fixed cost is a run's (each seed builds its model), so 3 seeds would cost 3 of them
+    assert fit(np.array([0.0, 0.0]), np.array([6.0, 10.0]), np.array([2.0, 2.0])) == (4.0, 0.0)
+    overhead, rate = fit(work_done, 2 * 5.0 + 0.5 * work_done, np.full(4, 2.0))
+    assert (overhead, rate) == (pytest.approx(5.0), pytest.approx(0.5))
+    assert fit(np.array([1.0, 2.0]), np.array([3.0, 1.0]))[1] == 0.0  # never a negative rate
