@@ -91,7 +91,7 @@ def backbone(arch: str):
     return open_clip.create_model(arch, pretrained=None), open_clip.get_tokenizer(arch)
 
 
-METHODS = ("dear", "dear_nomask", "coop", "cocoop", "kgcoop", "maple")  # CoOp: the baseline
+METHODS = ("dear", "dear_nomask", "coop", "cocoop", "kgcoop", "maple", "promptsrc")  # CoOp: the baseline
 
 
 def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, device: str,
@@ -101,7 +101,8 @@ def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, d
     import torch
 
     model, tokenizer = backbone(arch)
-    benches = {name: Bench(model, tokenizer, name, classes, batch, device, changes) for name in methods}
+    benches = {name: Bench(model, tokenizer, name, classes, batch, device, changes)
+               for name in dict.fromkeys([*methods, "coop"])}  # CoOp: the baseline of every ratio
     if "dear" in methods:
         benches["dear_fading"] = Bench(model, tokenizer, "dear", classes, batch, device, changes)
         benches["dear_fading"].model.fade = 0.5

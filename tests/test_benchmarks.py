@@ -13,11 +13,25 @@ def _script(name: str):
     return module
 
 
+TINY_DEPTHS = ["maple.prompt_depth=2", "promptsrc.vision_depth=2", "promptsrc.text_depth=2"]  # dear-world-tiny's 2 layers
+
+
 def test_the_training_step_benchmark_steps_every_method_it_compares():
-    result = _script("train_step").interleaved("dear-world-tiny", classes=4, batch=2, rounds=1, warmup=0, device="cpu")
-    compared = ("dear", "dear_nomask", "coop", "cocoop", "kgcoop")
-    assert {*compared, "dear_fading"} <= result.keys()
-    assert all(result[name]["median_s"] > 0 and result[name]["trainable"] > 0 for name in compared)
+    bench = _script("train_step")
+    result = bench.interleaved("dear-world-tiny", classes=4, batch=2, rounds=1, warmup=0, device="cpu",
+                               changes=bench.recipe_changes(TINY_DEPTHS))
+    assert {*bench.METHODS, "dear_fading"} <= result.keys()
+    assert all(result[name]["median_s"] > 0 and result[name]["trainable"] > 0 for name in bench.METHODS)
+
+
+def test_the_training_step_benchmark_compares_any_listed_method_with_coop():
+    bench = _script("train_step")
+    changes = bench.recipe_changes(TINY_DEPTHS)
+    assert changes["maple"] == {"prompt_depth": 2} and changes["promptsrc"] == {"vision_depth": 2, "text_depth": 2}
+    result = bench.interleaved("dear-world-tiny", classes=4, batch=2, rounds=1, warmup=0, device="cpu",
+                               methods=["promptsrc"], changes=changes)
+    assert {"promptsrc", "coop"} == result.keys() - {"threads"}  # CoOp joins as the baseline
+    assert result["promptsrc"]["trainable"] == 4 * 64 + 2 * 4 * 64 + 1 * 4 * 64  # context, image 2 layers, text layer 2
 
 
 def test_the_evaluation_benchmark_times_a_later_seed_against_the_first():
@@ -39,13 +53,3 @@ def test_the_job_overhead_benchmark_measures_each_pair():
         f"a stage's imports as `dear` makes them / plain ({bench.STAGE}, then a full collection)",
         "load_backbone for a job's later seed / its first",
         "role-masked attention / the math kernel (a 3-D mask's fallback)"]
-
-
-def test_the_training_step_benchmark_compares_any_listed_method_with_coop():
-    bench = _script("train_step")
-    changes = bench.recipe_changes(["maple.prompt_depth=2"])
-    assert changes == {"maple": {"prompt_depth": 2}}  # dear-world-tiny: 2 text layers
-    result = bench.interleaved("dear-world-tiny", classes=4, batch=2, rounds=1, warmup=0, device="cpu",
-                               methods=["coop", "maple"], changes=changes)
-    assert {"coop", "maple"} <= result.keys() and "dear" not in result
-    assert result["maple"]["trainable"] > result["coop"]["trainable"] > 0 and result["maple"]["median_s"] > 0

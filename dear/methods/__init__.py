@@ -31,6 +31,7 @@ REGISTRY: dict[str, Entry] = {
     "cocoop": Entry("cocoop", "cocoop", "CoCoOp: CoOp's context shifted per image by a meta-network"),
     "kgcoop": Entry("kgcoop", "kgcoop", "KgCoOp: CoOp's context kept near the hand-written prompt's features"),
     "maple": Entry("maple", "maple", "MaPLe: deep prompts in both towers, the image's coupled to the text's"),
+    "promptsrc": Entry("promptsrc", "promptsrc", "PromptSRC: deep prompts in both towers, self-regularized, averaged"),
     "mmrl": Entry("mmrl", "mmrl", "MMRL: representation tokens in both towers"),
     "dear_nomask": Entry("dear", "dear", "DeAR without its role mask (the ablation)"),
     "dear": Entry("dear", "dear", "DeAR: attribute tokens behind a per-head role mask"),
