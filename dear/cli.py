@@ -520,9 +520,10 @@ def check(
         None, "--jobs", help="also compare every existing output with what the config would make, mark the ones out "
                              "of date and write each job's values file here (DVC's check stage: .dear/jobs)"),
 ) -> None:
-    """List every problem of a params file (values, data folders, weights, device, SVD rank...) before any job runs.
+    """List every problem of a params file before any job runs.
 
-    Every independent check runs; one that reads a section with a problem says it waits on it. With --jobs
+    Values, data folders, weights, device, SVD rank...; warnings (fewer shots than asked, more loader processes
+    than CPUs) are printed too but do not fail the check. Every independent check runs; one that reads a section with a problem says it waits on it. With --jobs
     (the first stage of dvc.yaml) a problem stops `dvc repro` before any job, and each job whose outputs were
     made otherwise than the config says is named with the keys that differ (docs/engines.md).
     """
@@ -567,7 +568,9 @@ def plan(
         None, help="a run's report folder (or output root) whose record.json prices this config; default: the "
                    "config's own output_root (a pilot or an earlier run of it)"),
 ) -> None:
-    """Estimate device hours and peak memory per stage and in total, before the run, from the record of a run."""
+    """Estimate device hours and memory from a run's record.
+
+    Per stage and in total, before the run (docs/report.md)."""
     _configure_logging(None)
     try:
         from dear.plan import run
@@ -587,8 +590,10 @@ def compare(
     run_b: Path = typer.Argument(..., help="the second run"),
     params: Path = ParamsOption,
 ) -> None:
-    """Which numbers moved beyond noise from RUN_A to RUN_B, and which inputs differ (params, recipes, code, data,
-    environment). Intervals and their level come from --params (report section)."""
+    """Say which numbers moved beyond noise from RUN_A to RUN_B.
+
+    And which inputs differ (params, recipes, code, data, environment). Intervals and their level come from
+    --params (report section)."""
     _configure_logging(None)
     try:
         from dear.compare import run

@@ -19,8 +19,13 @@ passes (from the architecture's config: layers, width, tokens):
 `runs` is the seeds a job runs (train, fuse, evaluate; 1 for the other
 stages): each seed builds and loads its model again. `overhead` and `rate`
 are fitted per stage over the record's jobs by
-non-negative least squares (scipy.optimize.nnls), so a small record's fixed
-costs (imports, loading the backbone) are not multiplied by the work; a
+bounded least squares (scipy.optimize.lsq_linear; the overhead at most the
+smallest job's time a run), so a small record's fixed costs (imports, loading
+the backbone) are not multiplied by the work, nor is the work priced at zero
+when load made equal jobs take unequal times; a stage whose jobs still show
+no growth with their work (a test-size training run is all fixed costs) is
+priced at the device's rate, fitted over all stages' jobs at once (the work
+is GFLOPs of one model on one device); a
 stage whose recorded jobs all did the same work cannot tell the two apart
 and is scaled in proportion (erring on the expensive side).
 Memory is not extrapolated: the record's largest peak RSS per stage (host,
@@ -40,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import nnls
+from scipy.optimize import lsq_linear
 
 from dear.check import split_size
 from dear.data import coop
@@ -81,6 +86,7 @@ def plan(params: Params, record: dict) -> pd.DataFrame:
     planned["rule"] = planned["job"].str.split("/").str[0]
     planned["work"] = [work(params, job) for job in planned["job"]]
     planned["runs"] = [runs(params, rule) for rule in planned["rule"]]
+    device_rate = pooled_rate(jobs)
     rows = []
     for rule, mine in planned.groupby("rule", sort=False):
         seen = jobs[jobs["rule"] == rule]
@@ -89,9 +95,13 @@ def plan(params: Params, record: dict) -> pd.DataFrame:
                          "basis": "no job of this stage in the record"})
             continue
         overhead, rate = fit(seen["work"].to_numpy(float), seen["seconds"].to_numpy(float), seen["runs"].to_numpy(float))
+        basis = f"{len(seen)} recorded jobs: {overhead:.1f} s a run + {rate:.3g} s per unit of work"
+        if rate == 0 and mine["work"].max() > seen["work"].max() > 0 and device_rate > 0:
+            rate = device_rate  # its jobs' times did not grow with their work (fixed costs, load): the device's rate
+            basis = f"{len(seen)} recorded jobs: {overhead:.1f} s a run + the device's {rate:.3g} s per unit of work"
         seconds = float((overhead * mine["runs"] + rate * mine["work"]).sum())
         rows.append({"rule": rule, "jobs": len(mine), "seconds": seconds, "max_rss_mb": float(seen["max_rss_mb"].max()),
-                     "basis": f"{len(seen)} recorded jobs: {overhead:.1f} s a run + {rate:.3g} s per unit of work"})
+                     "basis": basis})
     frame = pd.DataFrame(rows)
     total = {"rule": "all", "jobs": int(frame["jobs"].sum()), "seconds": float(frame["seconds"].sum(min_count=1)),
              "max_rss_mb": float(frame["max_rss_mb"].max()), "basis": ""}
@@ -99,10 +109,13 @@ def plan(params: Params, record: dict) -> pd.DataFrame:
 
 
 def fit(work: np.ndarray, seconds: np.ndarray, runs: np.ndarray | None = None) -> tuple[float, float]:
-    """(overhead, rate) >= 0 with seconds ≈ overhead × runs + rate × work (non-negative least squares).
+    """(overhead, rate) >= 0 with seconds ≈ overhead × runs + rate × work (bounded least squares).
 
-    With one size of job in the record, overhead and rate cannot be told apart: the time is then taken as
-    proportional to the work (no overhead), which errs on the expensive side when the plan is larger.
+    A job's time holds its overhead, so the overhead per run is at most the smallest job's time per run:
+    a noisy record (equal work timed apart by load) cannot put all the time into the overhead and price
+    a larger config at its fixed costs alone. With one size of job in the record, overhead and rate
+    cannot be told apart: the time is then taken as proportional to the work (no overhead), which errs
+    on the expensive side when the plan is larger.
     """
     runs = np.ones_like(work) if runs is None else runs
     valid = ~np.isnan(seconds)
@@ -114,8 +127,28 @@ def fit(work: np.ndarray, seconds: np.ndarray, runs: np.ndarray | None = None) -
             return 0.0, float(seconds[valid].mean()) / size
         return float((seconds[valid] / runs[valid]).mean()), 0.0
     scale = max(float(work[valid].max()), 1.0)  # keep both columns of the system at a similar scale
-    (overhead, rate), _ = nnls(np.column_stack([runs[valid], work[valid] / scale]), seconds[valid])
+    most = max(float((seconds[valid] / runs[valid]).min()), 1e-9)  # lsq_linear wants lower < upper
+    found = lsq_linear(np.column_stack([runs[valid], work[valid] / scale]), seconds[valid],
+                       bounds=([0.0, 0.0], [most, np.inf]))
+    overhead, rate = found.x
     return float(overhead), float(rate) / scale
+
+
+def pooled_rate(jobs: pd.DataFrame) -> float:
+    """Seconds per unit of work of the record's device, over every stage's jobs at once (an overhead per stage).
+
+    The work is GFLOPs of one model on one device, so the stages share a throughput: a stage whose own jobs
+    cannot show how time grows with work (a tiny training run is all fixed costs) is priced at it."""
+    valid = jobs[~jobs["seconds"].isna()]
+    rules = sorted(valid["rule"].unique())
+    if valid.empty or valid["work"].max() <= 0:
+        return 0.0
+    scale = float(valid["work"].max())
+    columns = [np.where(valid["rule"] == rule, valid["runs"], 0.0) for rule in rules]
+    most = [max(float((valid["seconds"] / valid["runs"])[valid["rule"] == rule].min()), 1e-9) for rule in rules]
+    found = lsq_linear(np.column_stack([*columns, valid["work"] / scale]), valid["seconds"].to_numpy(float),
+                       bounds=([0.0] * (len(rules) + 1), [*most, np.inf]))
+    return float(found.x[-1]) / scale
 
 
 SEEDED = ("train", "train_transfer", "fuse", "fuse_transfer", "evaluate", "evaluate_transfer")

@@ -175,11 +175,6 @@ PARAMS = [
     params_case("seeds-repeated", "prepare", "data.seeds: [1, 1]", _data("seeds", [1, 1]), ["data.seeds", "twice"]),
     params_case("seed-negative", "prepare", "data.seeds: [-1]", _data("seeds", [-1]), ["data.seeds.0", "greater than"]),
     params_case("seeds-empty", "prepare", "data.seeds: []", _data("seeds", []), ["data.seeds", "at least 1"]),
-    Case("yaml-syntax", "prepare", "params.yaml with a key that lost its colon (`  shots 2`)",
-         ["params.yaml: not valid YAML at line", "column", "could not find expected ':'", "fix the syntax"],
-         lambda i: with_params(stage_args("prepare", i, "out")),
-         setup=lambda i, here, patch: (here / "params.yaml").write_text(
-             i.params.read_text().replace("  shots: 2", "  shots 2", 1)) and None),
     Case("other-params-file", "prepare", "--params other.yaml whose data.root does not exist",
          ["nowhere: data.root not found", "set data.root in other.yaml"],
          lambda i: with_params(stage_args("prepare", i, "out"), "other.yaml"),

@@ -38,7 +38,8 @@ def recipe(name: str, dataset: str = "world_objects", protocol: str = "base_to_n
     recipes = demo_recipes() if demo else {}
     key = entry(name).recipe
     recipes.setdefault("all", {})["rep_dim"] = 16
-    tiny = {"prompt_depth": 2} if "prompt_depth" in load(key).keys else {}  # a tiny CLIP's text tower: 2 layers
+    depths = ("prompt_depth", "vision_depth", "text_depth")  # MaPLe's, PromptSRC's: a tiny CLIP's towers hold 2 layers
+    tiny = {depth: 2 for depth in depths if depth in load(key).keys}
     recipes[key] = {**(recipes.get(key) or {}), **tiny, **changes}
     return resolve(recipes, name, dataset, protocol)
 

@@ -297,4 +297,5 @@ def test_the_pages_examples_are_what_dear_check_prints(tmp_path):
     paper = subprocess.run([sys.executable, "-m", "dear.cli", "check", "--params", "configs/paper-vitb16.yaml"],
                            cwd=ROOT, capture_output=True, text=True)
     for output in (waiting.stderr, paper.stderr):
-        assert output and all(line in page for line in output.splitlines()), output
+        lines = [line for line in output.splitlines() if "this machine has" not in line]  # a CPU count's warning
+        assert lines and all(line in page for line in lines), output

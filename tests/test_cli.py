@@ -108,7 +108,7 @@ def test_a_report_glob_that_matched_nothing_is_a_protocol_that_is_off(tmp_path):
     from dear.cli import REPORT_LISTS, _file_lists
 
     (tmp_path / "eval.parquet").touch()
-    lists = _file_lists(["--evals", str(tmp_path / "eval.parquet"), str(tmp_path / "transfer/*/eval/seed*/eval.parquet"),
+    lists, _ = _file_lists(["--evals", str(tmp_path / "eval.parquet"), str(tmp_path / "transfer/*/eval/seed*/eval.parquet"),
                          "--train-logs", str(tmp_path / "missing.parquet")], REPORT_LISTS)
     assert lists["evals"] == [tmp_path / "eval.parquet"]
     assert lists["train_logs"] == [tmp_path / "missing.parquet"], "a file named outright is kept (and checked later)"

@@ -100,7 +100,7 @@ def test_dvc_plans_every_stage_on_a_fresh_clone(tmp_path, project):
                            env=engine_env(), capture_output=True, text=True, timeout=300)
     lines = short.stdout.splitlines()  # docs/engines.md: what to run instead of the long `dvc status`
     assert short.returncode == 1 and lines[0] == f"{stages} stage(s) would run:" and len(lines) == stages + 1
-    assert lines[1] == "  world: not built yet", lines[:3]
+    assert "  world: not built yet" in lines, lines[:3]
 
 
 def test_docs_show_each_configs_output_root_and_the_current_graph(project):

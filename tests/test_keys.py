@@ -166,8 +166,10 @@ def test_an_output_of_another_seed_or_from_changed_inputs_is_out_of_date(params,
     assert out_of_date(params, job) == f"train@mmrl-world_objects: its input {shots} changed"
 
 
-def test_the_check_stage_writes_each_jobs_values_and_marks_what_is_out_of_date(params, tmp_path):
+def test_the_check_stage_writes_each_jobs_values_and_marks_what_is_out_of_date(params, tmp_path, monkeypatch):
     from dear import engines
+
+    monkeypatch.chdir(tmp_path)  # the other jobs' outputs (world/, data/...) are not there: not built, not stale
     from dear.digest import STALE, write_digests
 
     job = train_job(params, tmp_path)

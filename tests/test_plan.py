@@ -63,4 +63,20 @@ def test_a_stages_fit_separates_its_fixed_cost_from_its_rate():
     assert fit(np.array([0.0, 0.0]), np.array([6.0, 10.0]), np.array([2.0, 2.0])) == (4.0, 0.0)
     overhead, rate = fit(work_done, 2 * 5.0 + 0.5 * work_done, np.full(4, 2.0))
     assert (overhead, rate) == (pytest.approx(5.0), pytest.approx(0.5))
-    assert fit(np.array([1.0, 2.0]), np.array([3.0, 1.0]))[1] == 0.0  # never a negative rate
+    # timed apart by load (the larger job the faster): never a negative rate, and never all of it overhead,
+    # which would price a config a thousand times larger at its fixed costs alone (CI, 2 busy cores)
+    overhead, rate = fit(np.array([1.0, 2.0]), np.array([10.0, 9.0]))
+    assert overhead <= 9.0 and rate > 0.0
+
+
+def test_a_stage_whose_times_do_not_grow_with_work_is_priced_at_the_devices_rate():
+    """The work is GFLOPs of one model on one device: the rate is fitted over every stage's jobs (an overhead each)."""
+    import pandas as pd
+
+    from dear.plan import pooled_rate
+
+    grows = np.array([0.0, 10.0, 20.0, 40.0])
+    jobs = pd.DataFrame({"rule": ["evaluate"] * 4 + ["train"] * 2, "work": [*grows, 4.0, 4.0],
+                         "seconds": [*(5.0 + 0.5 * grows), 9.0, 11.0], "runs": [1.0] * 6})
+    assert pooled_rate(jobs) == pytest.approx(0.5)
+    assert pooled_rate(jobs.assign(work=0.0)) == 0.0  # nothing did work: no rate to share

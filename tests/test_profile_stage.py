@@ -64,6 +64,7 @@ def write_params(root: Path, name: str, compute: dict | None = None, **profile) 
                                svd_rank=8, texts_per_head=4, text_bank=str(root / "bank.tsv")))
     raw["profile"].update(profile)
     raw["compute"].update(compute or {"device": "cpu"})
+    raw["data"]["root"] = str(root / "data")  # no world's attributes there: the ablation is off, wherever tests run
     path = root / name
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path

@@ -41,6 +41,9 @@ SMOKE = {  # dotted key: the smoke study's value (the tiny world has 8 objects o
     "profile.texts_per_head": 5,
     "compute.workers": 0,
     "evaluate.batch_size": 64,
+    "train.recipes.maple.prompt_depth": 2,  # dear-world-tiny: 2 layers in each tower
+    "train.recipes.promptsrc.vision_depth": 2,
+    "train.recipes.promptsrc.text_depth": 2,
 }
 HEADER = """\
 # The smoke study: every stage of every protocol of the demo, on the tiny world and backbone

@@ -23,14 +23,18 @@ def pending(status: dict) -> list[str]:
     """'stage: why' for every stage of `dvc status --json`'s answer."""
     lines = []
     for stage, changes in status.items():
+        said = [change for change in changes if isinstance(change, str)]  # "always changed": the check stage
+        changes = [change for change in changes if isinstance(change, dict)]
         outs = {path: what for change in changes for path, what in change.get("changed outs", {}).items()}
         deps = [path for change in changes for path in change.get("changed deps", {})]
         if outs and all(what in ("deleted", "not in cache") for what in outs.values()):
             why = "not built yet"
         elif deps:
             why = "changed: " + ", ".join(deps[:3]) + (f" (+{len(deps) - 3} more)" if len(deps) > 3 else "")
-        else:
+        elif outs:
             why = "outputs changed: " + ", ".join(list(outs)[:3])
+        else:
+            why = ", ".join(said) or "changed"
         lines.append(f"  {stage}: {why}")
     return lines
 
