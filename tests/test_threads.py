@@ -25,7 +25,7 @@ STAGE_OF_RULE = {"world": "world", "backbone": "backbone", "prepare": "prepare",
 def test_every_rule_that_runs_a_command_declares_its_threads():
     rules = {}
     for path in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
-        for name, body in re.findall(r"^rule (\w+):\n((?:    .*\n|\n)*)", path.read_text(), flags=re.M):
+        for name, body in re.findall(r"^ *rule (\w+):\n((?:    .*\n|\n)*)", path.read_text(), flags=re.M):
             rules[name] = body
     assert set(rules) == set(STAGE_OF_RULE)
     for name, body in rules.items():
