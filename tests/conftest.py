@@ -23,3 +23,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def clip():
+    """A tiny random CLIP (tests/tiny_clip.py, seed 3): the parity tests' model; a module may define its own."""
+    from tests.tiny_clip import tiny_clip
+
+    return tiny_clip(seed=3)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    """Four random 32-pixel images and their labels: the parity tests' one batch."""
+    import torch
+
+    torch.manual_seed(7)
+    return torch.randn(4, 3, 32, 32), torch.tensor([0, 2, 1, 2])

@@ -15,6 +15,10 @@ CLASSES = ["dog", "red car", "tree"]
 CONCEPTS = ["color", "shape", "texture", "object", "position"]
 
 
+def norm(x):
+    return x / x.norm(dim=-1, keepdim=True)
+
+
 def tokenize(texts):
     return open_clip.tokenize(texts, context_length=16)
 

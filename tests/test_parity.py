@@ -24,27 +24,11 @@ from dear.train import data as train_data
 from dear.train.data import Schedule
 from dear.train.trainer import EpochCosine
 from tests import fake_run
-from tests.methods_tools import Backbone, recipe, tokenize
-from tests.tiny_clip import tiny_clip
+from tests.methods_tools import Backbone, norm, recipe, tokenize
 
 BASE = ["sea_lion", "golden_retriever", "red car"]
 NOVEL = ["tree", "hot_dog"]
 TOL = dict(rtol=1e-4, atol=1e-5)
-
-
-@pytest.fixture(scope="module")
-def clip():
-    return tiny_clip(seed=3)
-
-
-@pytest.fixture(scope="module")
-def batch():
-    torch.manual_seed(7)
-    return torch.randn(4, 3, 32, 32), torch.tensor([0, 2, 1, 2])
-
-
-def norm(x):
-    return x / x.norm(dim=-1, keepdim=True)
 
 
 def their_text(clip, embeddings, eot):

@@ -43,17 +43,6 @@ KGCOOP_TEMPLATES = {"oxford_pets": "a photo of a {}, a type of pet.", "oxford_fl
                     "ucf101": "a photo of a person doing {}.", "imagenet": "a photo of a {}."}
 
 
-@pytest.fixture(scope="module")
-def clip():
-    return tiny_clip(seed=3)
-
-
-@pytest.fixture(scope="module")
-def batch():
-    torch.manual_seed(7)
-    return torch.randn(4, 3, 32, 32), torch.tensor([0, 2, 1, 2])
-
-
 def coop_prompts(clip, ctx, classnames):
     """CoOp's PromptLearner ('end'): [SOS], the context [C, M, D] (or [M, D]), then "{name}." and [EOS]."""
     names = [name.replace("_", " ") for name in classnames]

@@ -23,7 +23,7 @@ from dear.methods.show import prompts_of
 from dear.params import load_params
 from dear.train.trainer import EpochCosine
 from tests import fake_run
-from tests.methods_tools import Backbone, recipe, tokenize
+from tests.methods_tools import Backbone, norm, recipe, tokenize
 from tests.tiny_clip import tiny_clip
 
 BASE = ["sea_lion", "golden_retriever", "red car"]
@@ -37,18 +37,8 @@ def clip():
     return tiny_clip(seed=3, layers=IMAGE_LAYERS, text_layers=TEXT_LAYERS, width=IMAGE_WIDTH, text_width=TEXT_WIDTH)
 
 
-@pytest.fixture(scope="module")
-def batch():
-    torch.manual_seed(7)
-    return torch.randn(4, 3, 32, 32), torch.tensor([0, 2, 1, 2])
-
-
 def maple(clip, depth, **changes):
     return create("maple", Backbone(clip), recipe("maple", demo=False, prompt_depth=depth, **changes), seed=5)
-
-
-def norm(x):
-    return x / x.norm(dim=-1, keepdim=True)
 
 
 # --- their forward, restated -------------------------------------------------------------

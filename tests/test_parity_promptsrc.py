@@ -26,7 +26,7 @@ from dear.params import load_params
 from dear.train.averaging import gaussian_weights
 from dear.train.trainer import EpochCosine
 from tests import fake_run
-from tests.methods_tools import Backbone, recipe, tokenize
+from tests.methods_tools import Backbone, norm, recipe, tokenize
 from tests.test_parity import dassl_lr
 from tests.tiny_clip import tiny_clip
 
@@ -36,21 +36,6 @@ TOL = dict(rtol=1e-4, atol=1e-5)
 TINY = dict(vision_depth=3, text_depth=2)  # the tiny CLIP has 3 image and 2 text layers (theirs: 9 of 12)
 # sha256 of "\n".join(IMAGENET_TEMPLATES) of trainers/imagenet_templates.py (60 templates)
 IMAGENET_TEMPLATES_SHA256 = "dc3398ed3ffc7c259342582bc0f36d7ac66c4dee17981a37b77b0fc9c23d4f72"
-
-
-@pytest.fixture(scope="module")
-def clip():
-    return tiny_clip(seed=3)
-
-
-@pytest.fixture(scope="module")
-def batch():
-    torch.manual_seed(7)
-    return torch.randn(4, 3, 32, 32), torch.tensor([0, 2, 1, 2])
-
-
-def norm(x):
-    return x / x.norm(dim=-1, keepdim=True)
 
 
 # --- their forward ---------------------------------------------------------------------------
