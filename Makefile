@@ -1,4 +1,4 @@
-# Entry points: `make smoke` runs every stage on a tiny study (~2 min), `make demo` the pipeline on the
+# Entry points: `make smoke` runs every stage on a tiny study (~3 min), `make demo` the pipeline on the
 # embedded default, `make test` the test suite. Each creates .venv and installs on first use.
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
@@ -23,8 +23,8 @@ demo: $(STAMP)
 	.venv/bin/snakemake --cores 2
 	@echo "The report is in report/results.md (pictures beside it: report/*.png)."
 
-# every stage of every protocol on the tiny world and backbone, ~2 minutes on 2 cores: numbers that mean nothing.
-# The greedy scheduler: Snakemake's default solves an ILP before each of the 37 jobs (~20 s in all here).
+# every stage of every protocol on the tiny world and backbone, ~3 minutes on 2 cores: numbers that mean nothing.
+# The greedy scheduler: Snakemake's default solves an ILP before each of the 62 jobs (~20 s in all here).
 smoke: $(STAMP)
 	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/smoke.yaml
 	@echo "Every stage ran: smoke/report/results.md (its numbers mean nothing; make demo runs the demo study)."

@@ -47,7 +47,7 @@ SMOKE = {  # dotted key: the smoke study's value (the tiny world has 8 objects o
 }
 HEADER = """\
 # The smoke study: every stage of every protocol of the demo, on the tiny world and backbone
-# of the tests, in about two minutes on two cores (`make smoke`). ITS NUMBERS MEAN NOTHING:
+# of the tests, in about three minutes on two cores (`make smoke`). ITS NUMBERS MEAN NOTHING:
 # it shows that an install works, end to end, through the same engines as the demo; its
 # report says so on top. Outputs go under smoke/ (git-ignored).
 #   snakemake --cores 2 --configfile configs/smoke.yaml        (what `make smoke` runs)
