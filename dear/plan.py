@@ -23,7 +23,8 @@ bounded least squares (scipy.optimize.lsq_linear; the overhead at most the
 smallest job's time a run), so a small record's fixed costs (imports, loading
 the backbone) are not multiplied by the work, nor is the work priced at zero
 when load made equal jobs take unequal times; a stage whose jobs still show
-no growth with their work (a test-size training run is all fixed costs) is
+no growth with their work (the fitted rate explains under 1% of its longest
+job: a test-size training run is all fixed costs) is
 priced at the device's rate, fitted over all stages' jobs at once (the work
 is GFLOPs of one model on one device); a
 stage whose recorded jobs all did the same work cannot tell the two apart
@@ -96,7 +97,7 @@ def plan(params: Params, record: dict) -> pd.DataFrame:
             continue
         overhead, rate = fit(seen["work"].to_numpy(float), seen["seconds"].to_numpy(float), seen["runs"].to_numpy(float))
         basis = f"{len(seen)} recorded jobs: {overhead:.1f} s a run + {rate:.3g} s per unit of work"
-        if rate == 0 and mine["work"].max() > seen["work"].max() > 0 and device_rate > 0:
+        if shows_no_work(rate, seen) and mine["work"].max() > seen["work"].max() and device_rate > rate:
             rate = device_rate  # its jobs' times did not grow with their work (fixed costs, load): the device's rate
             basis = f"{len(seen)} recorded jobs: {overhead:.1f} s a run + the device's {rate:.3g} s per unit of work"
         seconds = float((overhead * mine["runs"] + rate * mine["work"]).sum())
@@ -132,6 +133,12 @@ def fit(work: np.ndarray, seconds: np.ndarray, runs: np.ndarray | None = None) -
                        bounds=([0.0, 0.0], [most, np.inf]))
     overhead, rate = found.x
     return float(overhead), float(rate) / scale
+
+
+def shows_no_work(rate: float, seen: pd.DataFrame) -> bool:
+    """Whether the fitted rate explains under 1% of the stage's longest recorded job: its time is fixed costs."""
+    most = float(seen["work"].max())
+    return most > 0 and rate * most < 0.01 * float(seen["seconds"].max())
 
 
 def pooled_rate(jobs: pd.DataFrame) -> float:

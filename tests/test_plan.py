@@ -80,3 +80,13 @@ def test_a_stage_whose_times_do_not_grow_with_work_is_priced_at_the_devices_rate
                          "seconds": [*(5.0 + 0.5 * grows), 9.0, 11.0], "runs": [1.0] * 6})
     assert pooled_rate(jobs) == pytest.approx(0.5)
     assert pooled_rate(jobs.assign(work=0.0)) == 0.0  # nothing did work: no rate to share
+
+
+def test_a_rate_that_explains_almost_none_of_the_time_counts_as_no_rate():
+    import pandas as pd
+
+    from dear.plan import shows_no_work
+
+    seen = pd.DataFrame({"work": [0.0, 1.3], "seconds": [5.4, 5.38]})
+    assert shows_no_work(3.5e-15, seen)  # CI: a training stage priced at 3.5e-15 s per unit of work
+    assert not shows_no_work(1.0, seen) and not shows_no_work(0.0, seen.assign(work=0.0))
