@@ -127,12 +127,19 @@ def fit(work: np.ndarray, seconds: np.ndarray, runs: np.ndarray | None = None) -
         if size > 0:
             return 0.0, float(seconds[valid].mean()) / size
         return float((seconds[valid] / runs[valid]).mean()), 0.0
-    scale = max(float(work[valid].max()), 1.0)  # keep both columns of the system at a similar scale
-    most = max(float((seconds[valid] / runs[valid]).min()), 1e-9)  # lsq_linear wants lower < upper
-    found = lsq_linear(np.column_stack([runs[valid], work[valid] / scale]), seconds[valid],
-                       bounds=([0.0, 0.0], [most, np.inf]))
-    overhead, rate = found.x
-    return float(overhead), float(rate) / scale
+    (overhead,), rate = _bounded_fit([runs[valid]], work[valid], seconds[valid])
+    return overhead, rate
+
+
+def _bounded_fit(runs: list[np.ndarray], work: np.ndarray, seconds: np.ndarray) -> tuple[list[float], float]:
+    """([overhead of each column of runs], rate) >= 0 with seconds ≈ Σ overhead · runs + rate · work, each overhead
+    at most the smallest time a run of the jobs it covers (a job's time holds its overhead)."""
+    scale = max(float(work.max()), 1.0)  # keep the columns of the system at a similar scale
+    caps = [max(float((seconds / np.where(column > 0, column, np.nan))[column > 0].min()), 1e-9)  # lower < upper
+            for column in runs]
+    found = lsq_linear(np.column_stack([*runs, work / scale]), seconds,
+                       bounds=([0.0] * (len(runs) + 1), [*caps, np.inf]))
+    return [float(x) for x in found.x[:-1]], float(found.x[-1]) / scale
 
 
 def shows_no_work(rate: float, seen: pd.DataFrame) -> bool:
@@ -150,12 +157,8 @@ def pooled_rate(jobs: pd.DataFrame) -> float:
     rules = sorted(valid["rule"].unique())
     if valid.empty or valid["work"].max() <= 0:
         return 0.0
-    scale = float(valid["work"].max())
     columns = [np.where(valid["rule"] == rule, valid["runs"], 0.0) for rule in rules]
-    most = [max(float((valid["seconds"] / valid["runs"])[valid["rule"] == rule].min()), 1e-9) for rule in rules]
-    found = lsq_linear(np.column_stack([*columns, valid["work"] / scale]), valid["seconds"].to_numpy(float),
-                       bounds=([0.0] * (len(rules) + 1), [*most, np.inf]))
-    return float(found.x[-1]) / scale
+    return _bounded_fit(columns, valid["work"].to_numpy(float), valid["seconds"].to_numpy(float))[1]
 
 
 SEEDED = ("train", "train_transfer", "fuse", "fuse_transfer", "evaluate", "evaluate_transfer")
