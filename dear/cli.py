@@ -8,6 +8,7 @@ traceback instead. Commands are defined in pipeline order, which `--help` keeps.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import gc
 import json
@@ -512,6 +513,18 @@ def _add(paths: list[Path], value: str) -> None:
 
 # --- utilities, after the stages in --help -----------------------------------------
 
+@contextlib.contextmanager
+def _one_line_errors():
+    """A utility command's `DearError`: one `error:` line per problem and exit 1 (the traceback with --debug)."""
+    try:
+        yield
+    except DearError as err:
+        if _state["debug"]:
+            raise
+        _print_errors(err)
+        raise typer.Exit(code=1)
+
+
 @app.command()
 def check(
     params: Path = ParamsOption,
@@ -572,16 +585,11 @@ def plan(
 
     Per stage and in total, before the run (docs/report.md)."""
     _configure_logging(None)
-    try:
+    with _one_line_errors():
         from dear.plan import run
 
         loaded = load_params(params)
         typer.echo(run(loaded, record or Path(loaded.output_root)), nl=False)
-    except DearError as err:
-        if _state["debug"]:
-            raise
-        _print_errors(err)
-        raise typer.Exit(code=1)
 
 
 @app.command()
@@ -595,15 +603,10 @@ def compare(
     And which inputs differ (params, recipes, code, data, environment). Intervals and their level come from
     --params (report section)."""
     _configure_logging(None)
-    try:
+    with _one_line_errors():
         from dear.compare import run
 
         typer.echo(run(load_params(params), run_a, run_b), nl=False)
-    except DearError as err:
-        if _state["debug"]:
-            raise
-        _print_errors(err)
-        raise typer.Exit(code=1)
 
 
 @app.command()
@@ -620,15 +623,10 @@ def recipe(
     The resolved recipe of every training job of a config: each value and its source, and the prompts."""
     from dear.methods import show
 
-    try:
+    with _one_line_errors():
         loaded = load_params(params, overrides or ())
         recipes = show.jobs(loaded, method, dataset, protocol)
         typer.echo(show.as_json(loaded, recipes) if as_json else show.as_text(loaded, recipes, str(params)))
-    except DearError as err:
-        if _state["debug"]:
-            raise
-        _print_errors(err)
-        raise typer.Exit(code=1)
 
 
 @app.command("fetch-weights")
@@ -641,16 +639,11 @@ def fetch_weights(params: Path = ParamsOption) -> None:
     stages on compute nodes then read the cache offline.
     """
     _configure_logging(None)
-    try:
+    with _one_line_errors():
         model = load_params(params).model
         from dear.model.weights import fetch_configured  # the network goes on for the download only
 
         path, sha = fetch_configured(model)
-    except DearError as err:
-        if _state["debug"]:
-            raise
-        _print_errors(err)
-        raise typer.Exit(code=1)
     if path is None:
         typer.echo(f"model.pretrained is {model.pretrained!r}: nothing to fetch")
         return

@@ -190,6 +190,13 @@ def dassl_lr(epoch: int, lr: float, epochs: int, warmup: int, warmup_lr: float) 
     return lr * (1 + math.cos(math.pi * (epoch - warmup - 1) / epochs)) / 2
 
 
+def our_epoch_lrs(run, steps_per_epoch: int) -> list[float]:
+    """The lr our trainer's schedule (EpochCosine) gives the first step of every epoch of a resolved recipe."""
+    factor = EpochCosine(steps_per_epoch=steps_per_epoch, epochs=run.epochs, warmup_epochs=run.warmup_epochs,
+                         warmup_factor=run.warmup_lr / run.lr)
+    return [run.lr * factor(steps_per_epoch * e) for e in range(run.epochs)]
+
+
 @pytest.mark.parametrize("method,dataset,protocol,expected", [
     ("coop", "oxford_pets", "base_to_novel", (2e-3, 200, 1)),
     ("coop", "imagenet", "base_to_novel", (2e-3, 50, 1)),
@@ -200,9 +207,7 @@ def dassl_lr(epoch: int, lr: float, epochs: int, warmup: int, warmup_lr: float) 
 def test_learning_rate_of_every_epoch_is_dassls(method, dataset, protocol, expected):
     run = load_params(fake_run.ROOT / "configs/paper-vitb16.yaml").train.recipe(method, dataset, protocol)
     assert (run.lr, run.epochs, run.warmup_epochs) == expected
-    factor = EpochCosine(steps_per_epoch=3, epochs=run.epochs, warmup_epochs=run.warmup_epochs,
-                         warmup_factor=run.warmup_lr / run.lr)
-    ours = [run.lr * factor(3 * e) for e in range(run.epochs)]
+    ours = our_epoch_lrs(run, steps_per_epoch=3)
     assert ours == pytest.approx([dassl_lr(e, run.lr, run.epochs, run.warmup_epochs, run.warmup_lr)
                                   for e in range(1, run.epochs + 1)], rel=1e-12)
     assert ours[-1] > 0

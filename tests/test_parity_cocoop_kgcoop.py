@@ -25,10 +25,9 @@ from torch import nn
 from dear.methods import create
 from dear.methods.show import prompts_of
 from dear.params import load_params
-from dear.train.trainer import EpochCosine
 from tests import fake_run
-from tests.methods_tools import Backbone, recipe, tokenize
-from tests.test_parity import BASE, NOVEL, TOL, dassl_lr, norm, their_text
+from tests.methods_tools import Backbone, norm, recipe, tokenize
+from tests.test_parity import BASE, NOVEL, TOL, dassl_lr, our_epoch_lrs, their_text
 from tests.tiny_clip import tiny_clip
 
 PAPER = fake_run.ROOT / "configs/paper-vitb16.yaml"
@@ -286,9 +285,7 @@ def test_the_paper_config_trains_kgcoop_as_its_config_and_script():
 def test_learning_rate_of_every_epoch_is_dassls(method, protocol, expected):
     run = load_params(PAPER).train.recipe(method, "imagenet", protocol)
     assert (run.lr, run.epochs, run.warmup_epochs) == expected
-    factor = EpochCosine(steps_per_epoch=2, epochs=run.epochs, warmup_epochs=run.warmup_epochs,
-                         warmup_factor=run.warmup_lr / run.lr)
-    ours = [run.lr * factor(2 * e) for e in range(run.epochs)]
+    ours = our_epoch_lrs(run, steps_per_epoch=2)
     assert ours == pytest.approx([dassl_lr(e, run.lr, run.epochs, run.warmup_epochs, run.warmup_lr)
                                   for e in range(1, run.epochs + 1)], rel=1e-12)
     assert ours[0] == 1e-5 and ours[1] == 2e-3 and ours[-1] > 0

@@ -8,7 +8,6 @@ logits, loss, gradient of every learnable tensor, and base and novel test logits
 train.py (extend_cfg), configs/trainers/MaPLe/*.yaml and scripts/maple/*.sh.
 """
 
-import math
 
 import open_clip
 import pytest
@@ -21,9 +20,9 @@ from dear.methods import create
 from dear.methods.prompts import context
 from dear.methods.show import prompts_of
 from dear.params import load_params
-from dear.train.trainer import EpochCosine
 from tests import fake_run
 from tests.methods_tools import Backbone, norm, recipe, tokenize
+from tests.test_parity import dassl_lr, our_epoch_lrs
 from tests.tiny_clip import tiny_clip
 
 BASE = ["sea_lion", "golden_retriever", "red car"]
@@ -262,20 +261,13 @@ def test_the_paper_config_trains_maple_exactly_as_its_authors():
                    or key in DASSL for key, s in run.settings.items())
 
 
-def dassl_lr(epoch: int, lr: float, epochs: int, warmup: int, warmup_lr: float) -> float:
-    """ConstantWarmupScheduler over CosineAnnealingLR(T_max=epochs), stepped once per epoch (1-based epoch)."""
-    return warmup_lr if epoch <= warmup else lr * (1 + math.cos(math.pi * (epoch - warmup - 1) / epochs)) / 2
-
-
 @pytest.mark.parametrize("protocol,expected", [
     ("base_to_novel", [1e-5, 3.5e-3, 3.17e-3, 2.29e-3, 1.21e-3]),  # RECIPES.md's five, to 3 digits
     ("transfer", [1e-5, 2.6e-3]),
 ])
 def test_learning_rate_of_every_epoch_is_maples(protocol, expected):
     run = load_params(PAPER).train.recipe("maple", "imagenet", protocol)
-    factor = EpochCosine(steps_per_epoch=2, epochs=run.epochs, warmup_epochs=run.warmup_epochs,
-                         warmup_factor=run.warmup_lr / run.lr)
-    ours = [run.lr * factor(2 * e) for e in range(run.epochs)]
+    ours = our_epoch_lrs(run, steps_per_epoch=2)
     assert ours == pytest.approx([dassl_lr(e, run.lr, run.epochs, 1, 1e-5) for e in range(1, run.epochs + 1)],
                                  rel=1e-12)
     assert ours == pytest.approx(expected, rel=3e-3)

@@ -24,10 +24,9 @@ from dear.errors import DearError
 from dear.methods import create
 from dear.params import load_params
 from dear.train.averaging import gaussian_weights
-from dear.train.trainer import EpochCosine
 from tests import fake_run
 from tests.methods_tools import Backbone, norm, recipe, tokenize
-from tests.test_parity import dassl_lr
+from tests.test_parity import dassl_lr, our_epoch_lrs
 from tests.tiny_clip import tiny_clip
 
 BASE = ["sea_lion", "golden_retriever", "red car"]
@@ -271,9 +270,7 @@ def test_the_paper_config_trains_promptsrc_exactly_as_their_config():
 @pytest.mark.parametrize("protocol", ["base_to_novel", "transfer"])
 def test_learning_rate_of_every_epoch_is_dassls(protocol):
     run = load_params(PAPER).train.recipe("promptsrc", "imagenet", protocol)
-    factor = EpochCosine(steps_per_epoch=3, epochs=run.epochs, warmup_epochs=run.warmup_epochs,
-                         warmup_factor=run.warmup_lr / run.lr)
-    ours = [run.lr * factor(3 * e) for e in range(run.epochs)]
+    ours = our_epoch_lrs(run, steps_per_epoch=3)
     assert ours == pytest.approx([dassl_lr(e, 0.0025, 20, 1, 1e-5) for e in range(1, 21)], rel=1e-12)
     assert ours[:2] == [1e-5, 0.0025] and ours[-1] == pytest.approx(0.0025 * (1 + math.cos(math.pi * 18 / 20)) / 2)
 
