@@ -122,3 +122,36 @@ def test_trimmed_padding_gives_the_same_text_embedding(model):
     trimmed = internals.trim_text_padding(model, text)
     assert trimmed.shape[1] == 7  # start, five words at most, end
     torch.testing.assert_close(internals.encode_text(model, trimmed), model.encode_text(text), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("group", [6, 3], ids=["one-group", "per-image-groups"])
+@pytest.mark.parametrize("last", [False, True], ids=["all-rows", "pooled-rows"])
+def test_a_shared_prefix_runs_once_per_group_with_the_same_numbers(model, group, last):
+    """`block_forward_shared`: the causal block's outputs and input gradients, computing each group's
+    common first positions once (CoOp's start-of-text and context; CoCoOp's per image)."""
+    block = internals.text_tower(model).blocks[0]
+    N, T, P = 6, 11, 4
+    start = torch.randn(N // group, P, 64).repeat_interleave(group, 0)  # [N, P, 64]: equal within each group
+    x = torch.cat([start, torch.randn(N, T - P, 64)], 1).requires_grad_(True)
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    assert internals.shared_prefix(x, group) == P
+    rows = torch.randint(P, T, (N, 1)) if last else None
+    plain = internals.block_forward(block, x, mask, rows=rows)
+    shared = internals.block_forward_shared(block, x, mask, P, group, rows=rows)
+    torch.testing.assert_close(shared, plain, rtol=1e-5, atol=1e-5)
+    weights = torch.randn_like(plain)
+    (grad_plain,) = torch.autograd.grad((plain * weights).sum(), x)
+    (grad_shared,) = torch.autograd.grad((shared * weights).sum(), x)
+    per_group = lambda grad: grad.view(N // group, group, T, 64).sum(1)  # what reaches a tensor shared by the group
+    torch.testing.assert_close(per_group(grad_shared), per_group(grad_plain), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(grad_shared[:, P:], grad_plain[:, P:], rtol=1e-4, atol=1e-5)
+
+
+def test_the_shared_prefix_is_found_by_exact_comparison():
+    x = torch.randn(4, 6, 8)
+    x[:, :3] = x[:1, :3]
+    assert internals.shared_prefix(x, 4) == 3
+    assert internals.shared_prefix(x, 1) == 0  # one row: nothing to share
+    x[2, 1, 5] += 1e-6  # one value off in one row: only start-of-text is common
+    assert internals.shared_prefix(x, 4) == 1
+    assert internals.shared_prefix(x, 2) == 1 and internals.shared_prefix(x[:2], 2) == 3

@@ -86,7 +86,7 @@ class CoCoOp(CoOp):
         b, (c, T, D) = context.shape[0], prompt.embeddings.shape
         embeddings = towers.prompt_embeddings(prompt.embeddings.expand(b, c, T, D), context)  # [b, c, T, D]
         x = towers.with_positions(self.clip, embeddings).flatten(0, 1)  # [b*c, T, D]
-        return towers.run_text(self.clip, self.text, x, prompt.pool.repeat(b)).unflatten(0, (b, c))
+        return towers.run_text(self.clip, self.text, x, prompt.pool.repeat(b), group=c).unflatten(0, (b, c))
 
 
 MODELS = {"cocoop": CoCoOp}

@@ -99,7 +99,7 @@ class MMRL(MethodModel):
             prompt = towers.text_input(self.clip, self.tokenizer, texts)
             x = towers.with_positions(self.clip, prompt.embeddings)
             mask = oc.text_causal_mask(self.clip, x.shape[1]).to(x.device)
-            return towers.text_hidden(self.text, x, self.text_start - 1, mask), prompt.pool
+            return towers.text_hidden(self.text, x, self.text_start - 1, mask, prompt.pool), prompt.pool
         return self.once(("text-input", tuple(classnames), template), compute)
 
     def _text(self, classnames: list[str], template: str | None) -> torch.Tensor:

@@ -68,11 +68,13 @@ def prompt_embeddings(embeddings: torch.Tensor, context: torch.Tensor) -> torch.
 
 def run_text(clip, tower: oc.Tower, x: torch.Tensor, pool: torch.Tensor, first: int = 1,
              tokens: dict[int, torch.Tensor] | None = None, insert_at: int | None = None,
-             fade: float = 1.0) -> torch.Tensor:
+             fade: float = 1.0, group: int | None = None) -> torch.Tensor:
     """Text layers `first`..L on x [C, T, D] -> normalized features [C, E].
 
     tokens[l]: [n, D] or [C, n, D], the tokens after start-of-text entering layer l (see the module doc).
     `fade` < 1 scales the other positions' reads of inserted tokens in their softmax (ours: the fade-in).
+    `group`: rows come in groups of this many prompts that may share their first positions (default: all C;
+    CoCoOp: one image's prompts); what they share runs once per group (`text_block`).
     """
     tokens = tokens or {}
     n = 0
@@ -89,8 +91,26 @@ def run_text(clip, tower: oc.Tower, x: torch.Tensor, pool: torch.Tensor, first: 
             positions = torch.arange(x.shape[1], device=x.device)
             mask = fade_in(mask, (positions >= 1) & (positions <= n), fade)
         last = (pool + n)[:, None] if i == len(blocks) - 1 else None
-        x = oc.block_forward(block, x, mask, rows=last)  # last: [C, 1, D]
+        x = text_block(block, x, mask, pool + n, group or x.shape[0], rows=last)  # last: [C, 1, D]
     return F.normalize(oc.text_embedding(clip, x, torch.zeros_like(pool)), dim=-1)
+
+
+SHARED_MIN = 2  # shared leading positions worth a block of their own (start-of-text alone: not)
+
+
+def text_block(block, x: torch.Tensor, mask: torch.Tensor, pool: torch.Tensor, group: int,
+               rows: torch.Tensor | None = None) -> torch.Tensor:
+    """One causal text block on x [C, T, D]; the leading positions every prompt of a group shares run once.
+
+    Prompts of one class list begin alike (start-of-text, the context or "a photo of a", the tokens after it):
+    under the causal mask those positions never read a class name, so they compute the same in every row.
+    They are found by exact comparison, and kept before every row's end-of-text `pool` [C]. The same numbers
+    up to float rounding; CoOp's text pass on the embedded world runs about half the token rows.
+    """
+    shared = min(oc.shared_prefix(x, group), int(pool.min()))
+    if shared < SHARED_MIN:
+        return oc.block_forward(block, x, mask, rows=rows)
+    return oc.block_forward_shared(block, x, mask, shared, group, rows=rows)
 
 
 def run_image(tower: oc.Tower, x: torch.Tensor, first: int, tokens: TokenFn | None = None,
@@ -125,10 +145,10 @@ def run_image(tower: oc.Tower, x: torch.Tensor, first: int, tokens: TokenFn | No
 
 
 @torch.no_grad()
-def text_hidden(tower: oc.Tower, x: torch.Tensor, upto: int, mask: torch.Tensor) -> torch.Tensor:
+def text_hidden(tower: oc.Tower, x: torch.Tensor, upto: int, mask: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
     """The output [C, T, D] of text layers 1..`upto` (0: x itself): what precedes the first token layer."""
     for block in tower.blocks[:upto]:
-        x = oc.block_forward(block, x, mask)
+        x = text_block(block, x, mask, pool, x.shape[0])
     return x
 
 

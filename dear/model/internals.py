@@ -89,18 +89,29 @@ def _heads(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
     rows: the query positions wanted, [R] or per example [B, R] (None: all T).
     Returns [B, H, T or R, d].
     """
+    q, k, v = _qkv(block, x)  # each [B, H, T, d]
+    return _attend(q, k, v, mask, rows)
+
+
+def _qkv(block: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries, keys and values per head: [B, T, D] -> three [B, H, T, d]."""
     attn: nn.MultiheadAttention = block.attn
     B, T, D = x.shape
     H = attn.num_heads
     qkv = F.linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias)  # [B, T, 3D]
-    q, k, v = qkv.view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)  # each [B, H, T, d]
+    return qkv.view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+            rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of q [B, H, T_q, d] over k, v [B, H, T, d] (mask [T_q, T] or [H, T_q, T]) -> [B, H, T_q or R, d]."""
     if rows is not None:
         q, mask = _query_rows(q, mask, rows)  # q [B, H, R, d]; mask [R, T], [H, R, T] or [B, 1 or H, R, T]
     if mask is not None:
         # [H, T, T] -> [1, H, T, T]: the same broadcast, but torch's fused CPU kernel takes only 2-D or 4-D
         # masks; a 3-D one falls back to the unfused math kernel (2.9x slower at the demo's shapes)
         mask = (mask.unsqueeze(0) if mask.dim() == 3 else mask).to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T or R, d]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T_q or R, d]
 
 
 def _merge_heads(block: nn.Module, heads: torch.Tensor) -> torch.Tensor:
@@ -134,6 +145,46 @@ def block_forward(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None =
     """
     x = (x if rows is None else _take_rows(x, rows)) + _merge_heads(block, _heads(block, x, mask, rows))
     return x + _mlp(block, x)
+
+
+def block_forward_shared(block: nn.Module, x: torch.Tensor, mask: torch.Tensor, shared: int, group: int,
+                         rows: torch.Tensor | None = None) -> torch.Tensor:
+    """`block_forward` for causal sequences whose first `shared` positions are the same in every row of a group.
+
+    x: [N, T, D], N = G * group rows, each group's rows equal at positions < P = `shared` (prompts of one class
+    list: start-of-text and the context; CoCoOp: one image's prompts); mask: [T, T] or [H, T, T], causal.
+    Under a causal mask position t reads only positions <= t, so those P positions compute the same in every
+    row of a group: they run once per group [G, P, D], and every row's later positions read their keys and
+    values. The numbers are `block_forward`'s up to float rounding, with P * (group - 1) fewer token rows per
+    group. rows ([N, R] per example, all >= P): only those outputs, as in `block_forward`.
+    Returns [N, T, D], or [N, R, D] with rows.
+    """
+    N, T, D = x.shape
+    G, P = N // group, shared
+    prefix, suffix = x[::group, :P], x[:, P:]  # [G, P, D], [N, T - P, D]
+    q_p, k_p, v_p = _qkv(block, prefix)  # each [G, H, P, d]
+    q_s, k_s, v_s = _qkv(block, suffix)  # each [N, H, T - P, d]
+    k = torch.cat([k_p.repeat_interleave(group, 0), k_s], 2)  # [N, H, T, d]
+    v = torch.cat([v_p.repeat_interleave(group, 0), v_s], 2)
+    later = _attend(q_s, k, v, mask[..., P:, :], None if rows is None else rows - P)  # [N, H, T - P or R, d]
+    suffix = (suffix if rows is None else _take_rows(suffix, rows - P)) + _merge_heads(block, later)
+    suffix = suffix + _mlp(block, suffix)
+    if rows is not None:
+        return suffix  # [N, R, D]
+    prefix = prefix + _merge_heads(block, _attend(q_p, k_p, v_p, mask[..., :P, :P]))  # [G, P, D]
+    prefix = prefix + _mlp(block, prefix)
+    return torch.cat([prefix.repeat_interleave(group, 0), suffix], 1)  # [N, T, D]
+
+
+def shared_prefix(x: torch.Tensor, group: int) -> int:
+    """How many leading positions of x [N, T, D] are the same in every row of each group of `group` consecutive
+    rows (exact equality: the condition under which `block_forward_shared` computes them once)."""
+    N, T, D = x.shape
+    if group < 2 or N % group:
+        return 0
+    grouped = x.detach().reshape(N // group, group, T, D)
+    same = (grouped == grouped[:, :1]).all(-1).all(1).all(0)  # [T]
+    return int(same.int().cumprod(0).sum())
 
 
 def _take_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
