@@ -19,10 +19,13 @@ import logging
 from pathlib import Path
 from typing import Any, Callable
 
-import open_clip
 import torch
 
 from dear.errors import DearError
+from dear.model import without_transformers
+
+with without_transformers():
+    import open_clip
 from dear.io import load_torch, sha256_file
 from dear.model import weights
 

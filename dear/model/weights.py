@@ -23,7 +23,10 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-import open_clip
+from dear.model import without_transformers
+
+with without_transformers():
+    import open_clip
 from open_clip import pretrained as oc_pretrained
 from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
 
