@@ -372,3 +372,18 @@ def test_coop_trains_from_cached_image_features(world, tmp_path):
     params = fake_run.params_file(tmp_path / "params.yaml", recipe={"views": 1})
     out = train(world, tmp_path / "coop", method="coop", params=params)
     assert pq.read_table(out / "train_log.parquet").num_rows == N_STEPS
+
+
+def test_cpu_seeded_draws_what_manual_seed_draws_and_restores_the_state():
+    """The shots' augmentations are seeded with `cpu_seeded` (cheaper than torch.manual_seed): the same draws."""
+    from dear.train.data import cpu_seeded
+
+    torch.manual_seed(5)
+    expected_after = (torch.rand(3), torch.manual_seed(5))[0]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(123)
+        reference = torch.rand(4)
+    with cpu_seeded(123):
+        drawn = torch.rand(4)
+    assert torch.equal(drawn, reference)
+    assert torch.equal(torch.rand(3), expected_after)  # the generator continues as if nothing happened

@@ -88,10 +88,9 @@ def augmented(pixels: torch.Tensor, augment, seed: int, step: int) -> torch.Tens
     """Each image of a corpus batch [B, 3, H, W] (0..1) cropped and flipped on its own, seeded by (seed, step)."""
     if augment is None:
         return pixels
-    from dear.train.data import derived_seed
+    from dear.train.data import cpu_seeded, derived_seed
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derived_seed(seed, step))
+    with cpu_seeded(derived_seed(seed, step)):
         return torch.stack([augment(image) for image in pixels]).clamp_(0.0, 1.0)
 
 

@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from dear.data.manifest import read_rgb
-from dear.train.data import Shots, derived_seed
+from dear.train.data import Shots, cpu_seeded, derived_seed
 
 VIEW_STREAM = 7  # keeps view seeds apart from the per-epoch augmentation seeds of dear.train.data
 
@@ -63,8 +63,7 @@ class ViewCache:
         return self._views[v]
 
     def _augmented(self, v: int, i: int) -> torch.Tensor:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derived_seed(self.seed, VIEW_STREAM, v, i))
+        with cpu_seeded(derived_seed(self.seed, VIEW_STREAM, v, i)):
             return self.transform(self.images[i])  # [3, S, S]
 
 
