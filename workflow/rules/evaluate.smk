@@ -39,6 +39,7 @@ if TRANSFER:  # the transfer protocols are on
             stale=provenance_checked("fuse_transfer"),
         output:
             seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
+        priority: 1  # the transfer chain first (train_transfer)
         threads: cpus_of("fuse")
         log:
             rooted("logs/fuse_transfer/{method}.log"),
@@ -91,6 +92,7 @@ if TRANSFER:  # the transfer protocols are on
         output:
             table=seeds_of(rooted("transfer/{method}/eval/seed{seed}/eval.parquet")),
             metrics=seeds_of(rooted("transfer/{method}/eval/seed{seed}/metrics.json")),
+        priority: 1  # the transfer chain first (train_transfer)
         threads: cpus_of("evaluate")
         log:
             rooted("logs/evaluate_transfer/{method}.log"),

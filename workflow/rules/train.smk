@@ -40,6 +40,8 @@ if TRANSFER:  # the transfer protocols are on
         output:
             model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
             log=seeds_of(rooted("transfer/{method}/train/seed{seed}/train_log.parquet")),
+        priority: 1  # the transfer chains (a source with all classes, every target) are the study's
+                     # longest: started first, they end before the short base-to-novel jobs do
         threads: cpus_of("train")
         log:
             rooted("logs/train_transfer/{method}.log"),
