@@ -53,3 +53,27 @@ def test_the_job_overhead_benchmark_measures_each_pair():
         f"a stage's imports as `dear` makes them / plain ({bench.STAGE}, then a full collection)",
         "load_backbone for a job's later seed / its first",
         "role-masked attention / the math kernel (a 3-D mask's fallback)"]
+
+
+def test_the_demo_time_summary_adds_the_jobs_up(tmp_path):
+    """benchmarks/demo_time.py on hand-made benchmark files: sums per stage and method, and the no-training bound."""
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    times = {"world": 10, "backbone": 100, "profile": 10, "report": 10, "train/zeroshot/dsA": 4,
+             "train/coop/dsA": 24, "train_transfer/coop": 40, "fuse/coop/dsA": 6, "evaluate/coop/dsA": 8,
+             "evaluate_transfer/coop": 12}
+    for job, seconds in times.items():
+        path = tmp_path / f"{job}.benchmark.tsv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(header + f"{seconds}\t0:00:{seconds:02d}\t100\t0\t0\t0\t0\t0\t0\t{seconds}\n")
+    lines = _script("demo_time").summary(tmp_path, cores=2)
+    assert "| train | 2 | 28 |" in lines and "| coop | 90 |" in lines
+    # alone 130 s + (fuse and evaluate 26 s + 3 training jobs x 4 s) / 2 = 149 s
+    assert lines[-1].startswith("- **with no training step at all: about 2.5 min**")
+
+
+def test_the_text_prefix_benchmark_steps_each_method_both_ways():
+    bench = _script("text_prefix")
+    result = bench.compare("dear-world-tiny", classes=4, batch=2, rounds=1, methods=["coop", "cocoop"])
+    assert set(result) == {"coop", "cocoop"} and all(row["ratio"] > 0 for row in result.values())
+    from dear.methods import towers
+    assert towers.SHARED_MIN == 2  # the switch is put back

@@ -1,0 +1,67 @@
+"""Where a finished run's time went, from its jobs' Snakemake `benchmark:` files (`logs/`).
+
+    python benchmarks/demo_time.py                 # after `make demo`, in the project root
+    python benchmarks/demo_time.py --logs smoke/logs --cores 2
+
+Prints the job-seconds per stage and per method, and what the run would take with no
+training step at all: the stages that run alone (world, backbone, profile, report) plus
+every fuse and evaluate job and each training job's fixed cost (the time of a `train` job
+that trains nothing: zero-shot's), spread over the cores. That bound says how much of the
+demo's time no recipe can remove.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dear.runrecord import read_benchmarks
+
+ALONE = ("world", "backbone", "profile", "report")  # nothing else can run beside them in the demo's graph
+TRAINING = ("train", "train_transfer")
+
+
+def method_of(job: str) -> str | None:
+    """train/coop/world_objects -> coop; train_transfer/coop -> coop; backbone -> None."""
+    parts = job.split("/")
+    return parts[1] if len(parts) > 1 and not parts[0] == "prepare" else None
+
+
+def summary(logs: Path, cores: int) -> list[str]:
+    jobs = read_benchmarks(logs)
+    if jobs.empty:
+        raise SystemExit(f"{logs}: no *.benchmark.tsv files; run `make demo` first (or pass --logs)")
+    jobs["method"] = jobs["job"].map(method_of)
+    lines = ["| stage | jobs | job-seconds |", "| --- | --- | --- |"]
+    for rule, group in jobs.groupby("rule", sort=True):
+        lines.append(f"| {rule} | {len(group)} | {group['seconds'].sum():.0f} |")
+    lines += ["", "| method | job-seconds (train, fuse, evaluate; every protocol) |", "| --- | --- |"]
+    by_method = jobs.dropna(subset=["method"]).groupby("method")["seconds"].sum().sort_values(ascending=False)
+    lines += [f"| {method} | {seconds:.0f} |" for method, seconds in by_method.items()]
+
+    alone = jobs[jobs["rule"].isin(ALONE)]["seconds"].sum()
+    training = jobs[jobs["rule"].isin(TRAINING)]
+    fixed = jobs[jobs["rule"].isin(TRAINING) & (jobs["method"] == "zeroshot")]["seconds"].mean()
+    scoring = jobs[jobs["rule"].str.startswith(("fuse", "evaluate"))]["seconds"].sum()
+    parallel = jobs[~jobs["rule"].isin(ALONE)]["seconds"].sum()
+    no_training = alone + (scoring + fixed * len(training)) / cores
+    lines += ["",
+              f"- stages that run alone (world, backbone, profile, report): {alone:.0f} s",
+              f"- the other jobs: {parallel:.0f} job-seconds, {parallel / cores:.0f} s on {cores} cores",
+              f"- of them training: {training['seconds'].sum():.0f} job-seconds in {len(training)} jobs "
+              f"(a job that trains nothing: {fixed:.1f} s)",
+              f"- **with no training step at all: about {no_training / 60:.1f} min** "
+              f"({alone:.0f} s alone + ({scoring:.0f} s fuse and evaluate + {len(training)} x {fixed:.1f} s) / {cores})"]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--logs", type=Path, default=Path("logs"), help="the run's log folder (benchmark files)")
+    parser.add_argument("--cores", type=int, default=2, help="cores the run had (snakemake --cores)")
+    args = parser.parse_args()
+    print("\n".join(summary(args.logs, args.cores)))
+
+
+if __name__ == "__main__":
+    main()
