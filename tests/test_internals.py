@@ -155,3 +155,14 @@ def test_the_shared_prefix_is_found_by_exact_comparison():
     x[2, 1, 5] += 1e-6  # one value off in one row: only start-of-text is common
     assert internals.shared_prefix(x, 4) == 1
     assert internals.shared_prefix(x, 2) == 1 and internals.shared_prefix(x[:2], 2) == 3
+
+
+def test_open_clip_is_imported_without_transformers_which_imports_later():
+    """Jobs skip HuggingFace transformers when they import open_clip (0.65 s each); it still imports afterwards."""
+    import subprocess
+    import sys
+
+    code = ("import sys, dear.model.clip, open_clip; assert 'transformers' not in sys.modules; "
+            "assert open_clip.hf_model.transformers is None; import transformers; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr

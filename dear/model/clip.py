@@ -22,12 +22,11 @@ from typing import Any, Callable
 import torch
 
 from dear.errors import DearError
-from dear.model import without_transformers
+from dear.io import load_torch, sha256_file
+from dear.model import weights, without_transformers
 
 with without_transformers():
     import open_clip
-from dear.io import load_torch, sha256_file
-from dear.model import weights
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 EMBEDDED_ARCHS = ("dear-world", "dear-world-tiny")
