@@ -77,3 +77,13 @@ def test_the_text_prefix_benchmark_steps_each_method_both_ways():
     assert set(result) == {"coop", "cocoop"} and all(row["ratio"] > 0 for row in result.values())
     from dear.methods import towers
     assert towers.SHARED_MIN == 2  # the switch is put back
+
+
+def test_the_one_epoch_demo_is_the_demo_but_for_its_recipes():
+    """benchmarks/demo-one-epoch.yaml (docs/performance.md) may not drift from params.yaml."""
+    from dear.params import read_yaml
+
+    demo, one = read_yaml(ROOT / "params.yaml"), read_yaml(ROOT / "benchmarks" / "demo-one-epoch.yaml")
+    for raw in (demo, one):
+        raw.pop("output_root"), raw["data"].pop("root"), raw["train"].pop("recipes")
+    assert one == demo
