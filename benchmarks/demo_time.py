@@ -2,18 +2,26 @@
 
     python benchmarks/demo_time.py                 # after `make demo`, in the project root
     python benchmarks/demo_time.py --logs smoke/logs --cores 2
+    python benchmarks/demo_time.py --write-one-epoch demo-one-epoch/params.yaml
 
 Prints the job-seconds per stage and per method, and what the run would take with no
 training step at all: the stages that run alone (world, backbone, profile, report) plus
 every fuse and evaluate job and each training job's fixed cost (the time of a `train` job
 that trains nothing: zero-shot's), spread over the cores. That bound says how much of the
 demo's time no recipe can remove.
+
+`--write-one-epoch FILE` writes the demo's params with every trained method at one epoch in
+every protocol (output root `demo-one-epoch`), for measuring the study with training cut to
+its least (docs/performance.md, "The demo's time").
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 from pathlib import Path
+
+import yaml
 
 from dear.runrecord import read_benchmarks
 
@@ -24,7 +32,7 @@ TRAINING = ("train", "train_transfer")
 def method_of(job: str) -> str | None:
     """train/coop/world_objects -> coop; train_transfer/coop -> coop; backbone -> None."""
     parts = job.split("/")
-    return parts[1] if len(parts) > 1 and not parts[0] == "prepare" else None
+    return parts[1] if len(parts) > 1 and parts[0] != "prepare" else None
 
 
 def summary(logs: Path, cores: int) -> list[str]:
@@ -55,11 +63,35 @@ def summary(logs: Path, cores: int) -> list[str]:
     return lines
 
 
+def one_epoch(demo: dict, root: str = "demo-one-epoch") -> dict:
+    """The demo's params (`demo`, params.yaml as read) with every trained method at one epoch in every protocol,
+    under `root`: its base block, each of its dataset blocks and its transfer block say `epochs: 1`."""
+    from dear.methods import entry
+    from dear.methods.recipe import load
+
+    raw = copy.deepcopy(demo)
+    raw["output_root"], raw["data"]["root"] = root, f"{root}/world"
+    recipes = raw["train"]["recipes"]
+    for name in {entry(method).recipe for method in raw["study"]["methods"]}:
+        if load(name).trains:
+            block = recipes.setdefault(name, {})
+            for node in (block, *block.get("datasets", {}).values(), block.setdefault("transfer", {})):
+                node["epochs"] = 1
+    return raw
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logs", type=Path, default=Path("logs"), help="the run's log folder (benchmark files)")
     parser.add_argument("--cores", type=int, default=2, help="cores the run had (snakemake --cores)")
+    parser.add_argument("--write-one-epoch", type=Path, metavar="FILE",
+                        help="write params.yaml with every trained method at one epoch to FILE, and stop")
     args = parser.parse_args()
+    if args.write_one_epoch:
+        args.write_one_epoch.parent.mkdir(parents=True, exist_ok=True)
+        demo = yaml.safe_load(Path("params.yaml").read_text())
+        args.write_one_epoch.write_text(yaml.safe_dump(one_epoch(demo), sort_keys=False, width=120))
+        return
     print("\n".join(summary(args.logs, args.cores)))
 
 

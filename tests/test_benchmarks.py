@@ -79,11 +79,19 @@ def test_the_text_prefix_benchmark_steps_each_method_both_ways():
     assert towers.SHARED_MIN == 2  # the switch is put back
 
 
-def test_the_one_epoch_demo_is_the_demo_but_for_its_recipes():
-    """benchmarks/demo-one-epoch.yaml (docs/performance.md) may not drift from params.yaml."""
-    from dear.params import read_yaml
+def test_the_one_epoch_demo_is_the_demo_with_every_training_job_at_one_epoch():
+    """demo_time.py --write-one-epoch (docs/performance.md): params.yaml but for the epochs of every trained job."""
+    from dear.methods.recipe import resolve
+    from dear.params import Params, read_yaml
 
-    demo, one = read_yaml(ROOT / "params.yaml"), read_yaml(ROOT / "benchmarks" / "demo-one-epoch.yaml")
+    demo = read_yaml(ROOT / "params.yaml")
+    one = _script("demo_time").one_epoch(demo)
+    params = Params.model_validate(one)
+    study = params.study
+    jobs = [(m, d, "base_to_novel") for m in study.methods for d in study.base_to_novel] + \
+        [(m, study.transfer_on.source, "transfer") for m in study.methods]
+    epochs = {job: resolve(params.train.recipes, *job).get("epochs") for job in jobs}
+    assert {value for (method, *_), value in epochs.items() if method != "zeroshot"} == {1}
     for raw in (demo, one):
         raw.pop("output_root"), raw["data"].pop("root"), raw["train"].pop("recipes")
     assert one == demo

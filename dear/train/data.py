@@ -94,7 +94,7 @@ def derived_seed(*parts: int) -> int:
 def cpu_seeded(seed: int):
     """Inside the block the global CPU generator starts from `seed` (what the image transforms draw from); its
     state is restored after. The same draws as `torch.manual_seed`, which also queues a seed for every lazy
-    device backend with a captured stack: 1.4 ms a call here, once per shot and view of every training run."""
+    device backend with a captured stack: 0.13 ms a call here (0.006 ms this way), once per shot and view."""
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(seed)
         yield
