@@ -11,7 +11,10 @@
   (a refused config stops the repro before any job), one file per job of the
   resolved values it reads (each stage reads its file as a params file, so DVC
   reruns it when, and only when, one of those values changed, and `dvc status`
-  names the key), and the outputs that are out of date marked as changed.
+  names the key), one file per job's code (`.dear/code/`, beside DIR: the
+  fingerprint of the modules it runs, dear.jobs.code; the same file the
+  Snakefile reads as the job's input), and the outputs that are out of date
+  marked as changed.
 """
 
 from __future__ import annotations
@@ -78,8 +81,15 @@ def job_file(folder: Path, job: study_jobs.Job) -> Path:
     return folder / stage / f"{item or stage}.yaml"
 
 
+def code_folder(jobs_folder: Path) -> Path:
+    """Where `dear check --jobs DIR` writes the jobs' code files: DIR's sibling `code` (.dear/code beside .dear/jobs),
+    the folder the Snakefile writes them to under the same output root."""
+    return Path(jobs_folder).parent / "code"
+
+
 def run(params: Params, params_file: str, folder: Path, study: list[study_jobs.Job] | None = None) -> list[str]:
-    """`dear check --jobs`: write every job's values file under `folder`, mark out-of-date outputs; the lines to print.
+    """`dear check --jobs`: write every job's values file under `folder` and its code file beside (`code_folder`),
+    mark out-of-date outputs; the lines to print.
 
     `study`: the jobs (default: every job of the study `params` describes).
     """
@@ -101,4 +111,5 @@ def run(params: Params, params_file: str, folder: Path, study: list[study_jobs.J
     for old in folder.rglob("*.yaml") if folder.is_dir() else ():
         if old not in wanted:  # a job the study no longer has
             old.unlink()
+    study_jobs.write_code_files(code_folder(folder), study)
     return [f"out of date: {line}" for _, line in found]

@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from dear.errors import DearError
+from dear.methods import REGISTRY, entry
 
 FOLDER = Path(__file__).with_name("recipes")
 PROTOCOLS = ("base_to_novel", "transfer")  # a run on base classes, or the transfer source on all classes
@@ -248,8 +249,6 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str) -> Recipe:
 
     `recipes` is the config's `train.recipes` mapping (already checked by `problems`).
     """
-    from dear.methods import entry
-
     if protocol not in PROTOCOLS:
         raise DearError(f"protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
     spec = load(entry(method).recipe)
@@ -293,8 +292,6 @@ def _override_blocks(recipes: dict, name: str, dataset: str, protocol: str):
 
 def problems(recipes: Any) -> list[str]:
     """Every problem of a config's `train.recipes` mapping, one line each naming the dotted key."""
-    from dear.methods import REGISTRY
-
     if recipes is None:
         return []
     if not isinstance(recipes, dict):

@@ -18,6 +18,7 @@ from dear.data import world as world_data
 from dear.model import internals
 from dear.model.clip import normalizer
 from dear.progress import track
+from dear.transforms import INTERPOLATION, cpu_seeded, derived_seed
 
 log = logging.getLogger("dear.pretrain")
 MAX_LOGIT_SCALE = math.log(100.0)
@@ -76,8 +77,6 @@ def augmentation(aug, size: int):
     """The corpus images' random resized crop and flip (None when both are off)."""
     from torchvision import transforms as T
 
-    from dear.train.data import INTERPOLATION
-
     if tuple(aug.crop_scale) == (1.0, 1.0) and aug.flip_prob == 0.0:
         return None
     return T.Compose([T.RandomResizedCrop(size, scale=tuple(aug.crop_scale), interpolation=INTERPOLATION[aug.interpolation]),
@@ -88,8 +87,6 @@ def augmented(pixels: torch.Tensor, augment, seed: int, step: int) -> torch.Tens
     """Each image of a corpus batch [B, 3, H, W] (0..1) cropped and flipped on its own, seeded by (seed, step)."""
     if augment is None:
         return pixels
-    from dear.train.data import cpu_seeded, derived_seed
-
     with cpu_seeded(derived_seed(seed, step)):
         return torch.stack([augment(image) for image in pixels]).clamp_(0.0, 1.0)
 

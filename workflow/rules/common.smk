@@ -87,9 +87,20 @@ wildcard_constraints:
     seed=r"\d+",
     method="|".join(METHODS),
 
-def code(stage):
-    """The package files `stage` runs (dear.jobs.CODE, folders expanded); dvc.yaml lists the same (a test checks)."""
-    return [f"dear/{name}" for name in dear_jobs.code_files(stage)]
+def code(rule):
+    """The input holding the code a job of `rule` runs: its code file, .dear/code/<name>.yaml under the output root
+    (dear.jobs.code: the sha256 of its stage's and method's modules; train-maple, prepare-world_objects, world).
+    The Snakefile writes every job's file before planning, and rewrites one only when that code changed, so a job
+    reruns when, and only when, the modules it runs changed. A rule declares `code=code("<rule name>")`."""
+    def code_file(wildcards):
+        return str(dear_jobs.code_file(CODE, JOBS[job_name(rule, wildcards)]))
+    return code_file
+
+
+def job_name(rule, wildcards):
+    """DVC's name of the job of `rule` with these wildcards: train@mmrl-world_objects, train_transfer@mmrl, world."""
+    items = [wildcards[key] for key in ("method", "dataset") if key in wildcards.keys()]
+    return rule + (f"@{'-'.join(items)}" if items else "")
 
 
 def seeds_of(pattern):
@@ -98,6 +109,9 @@ def seeds_of(pattern):
 
 
 JOBS = {job.name: job for job in dear_jobs.jobs(PARAMS)}
+CODE = rooted(".dear/code")  # each job's code file (dear.jobs.write_code_files), as DVC's check stage writes them
+if workflow.is_main_process:
+    dear_jobs.write_code_files(CODE, list(JOBS.values()))
 _HASHES, _SEEN, _FORCED = {}, set(), set()
 
 
@@ -110,8 +124,7 @@ def provenance_checked(rule):
             return []
         if not _SEEN and workflow.dryrun:
             dear_engines.warn(MACHINE, CONFIG)
-        items = [wildcards[key] for key in ("method", "dataset") if key in wildcards.keys()]
-        name = rule + (f"@{'-'.join(items)}" if items else "")
+        name = job_name(rule, wildcards)
         if name not in _SEEN:
             _SEEN.add(name)
             job = JOBS.get(name)

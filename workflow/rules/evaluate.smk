@@ -20,7 +20,7 @@ rule fuse:
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
         rooted("logs/fuse/{method}/{dataset}.benchmark.tsv")
     shell:
-        "dear fuse --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt"
+        "dear fuse --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt --method {wildcards.method}"
         " --fewshot {R}data/{wildcards.dataset}/fewshot-seed{{seed}}.parquet --classes base --backbone {R}backbone"
         " --roles {input.roles} --out {R}runs/{wildcards.method}/{wildcards.dataset}/fuse/seed{{seed}}/fusion.json"
         " --log {log}"
@@ -30,7 +30,7 @@ if TRANSFER:  # the transfer protocols are on
     rule fuse_transfer:
         """Refit the fusion weights of each all-class model on the source's validation shots."""
         input:
-            code=code("fuse"),
+            code=code("fuse_transfer"),
             model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
             backbone=BACKBONE,
             fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
@@ -46,7 +46,7 @@ if TRANSFER:  # the transfer protocols are on
         benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
             rooted("logs/fuse_transfer/{method}.benchmark.tsv")
         shell:
-            "dear fuse --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt"
+            "dear fuse --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt --method {wildcards.method}"
             " --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --classes all --backbone {R}backbone"
             " --roles {input.roles} --out {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --log {log}"
 
@@ -71,7 +71,7 @@ rule evaluate:
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
         rooted("logs/evaluate/{method}/{dataset}.benchmark.tsv")
     shell:
-        "dear evaluate --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt"
+        "dear evaluate --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt --method {wildcards.method}"
         " --fusion {R}runs/{wildcards.method}/{wildcards.dataset}/fuse/seed{{seed}}/fusion.json"
         " --source {R}data/{wildcards.dataset} --classes base --data {R}data --backbone {R}backbone --roles {input.roles}"
         " --out {R}runs/{wildcards.method}/{wildcards.dataset}/eval/seed{{seed}} --log {log}"
@@ -81,7 +81,7 @@ if TRANSFER:  # the transfer protocols are on
     rule evaluate_transfer:
         """Cross-dataset and domain generalization: per-class counts on the source and every target, every seed."""
         input:
-            code=code("evaluate"),
+            code=code("evaluate_transfer"),
             model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
             fusion=seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
             backbone=BACKBONE,
@@ -99,7 +99,7 @@ if TRANSFER:  # the transfer protocols are on
         benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
             rooted("logs/evaluate_transfer/{method}.benchmark.tsv")
         shell:
-            "dear evaluate --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt"
+            "dear evaluate --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt --method {wildcards.method}"
             " --fusion {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --source {R}data/{SOURCE}"
             " --classes all --data {R}data --backbone {R}backbone --roles {input.roles}"
             " --out {R}transfer/{wildcards.method}/eval/seed{{seed}} --log {log}"

@@ -31,7 +31,7 @@ if TRANSFER:  # the transfer protocols are on
     rule train_transfer:
         """Train one method on all classes of the transfer source (cross-dataset and domain generalization), every seed."""
         input:
-            code=code("train"),
+            code=code("train_transfer"),
             backbone=BACKBONE,
             fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
             roles=ROLES,
