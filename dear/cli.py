@@ -121,7 +121,9 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
 
         for _, _, seed_outputs in runs:  # every seed's outputs, before the first seed's work
             check_outputs(stage.Outputs(**seed_outputs))
-        with benchmarked(log):  # under DVC: the job's time and memory, as Snakemake's benchmark: records them
+        from dear.jobs import CACHED
+
+        with benchmarked(log, itself=name in CACHED):  # under DVC: the job's time and memory, as Snakemake's benchmark: records them
             for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
                 if len(runs) > 1:
                     logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))

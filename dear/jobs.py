@@ -20,6 +20,10 @@ from dear import codegraph
 from dear.params import Params, world_needed
 
 METHOD_STAGES = ("train", "fuse", "evaluate")  # stages whose job runs one method's module
+# stages whose outputs one machine keeps for every study (Snakemake's `cache: True`, DVC's run-cache): their code
+# also counts the versions of what computes them, so an upgraded torch draws and trains them anew
+CACHED = ("world", "backbone")
+LIBRARIES = ("torch", "torchvision", "open_clip_torch", "numpy", "pillow")
 
 
 @dataclass(frozen=True)
@@ -104,13 +108,30 @@ def code(stage: str, method: str | None = None, dataset: str | None = None) -> C
         from dear.methods.recipe import recipe_files
 
         files.update(codegraph.fingerprints([name.removeprefix("dear/") for name in recipe_files(entry.recipe)]))
+    if stage in CACHED:
+        files.update(_versions())
     names = []
     for module, pick in (("dear.methods", method), ("dear.data.coop", dataset)):
         if pick and module in modules:
             entries = codegraph.registry_entries(module)
             files[f"{codegraph.relative_file(module)}:{codegraph.REGISTRIES[module]}[{pick}]"] = entries.get(pick, "")
             names.append(pick)
-    return Code("-".join([stage, *names]), {f"dear/{name}": value for name, value in sorted(files.items())})
+    return Code("-".join([stage, *names]), {(name if name.startswith("versions/") else f"dear/{name}"): value
+                                            for name, value in sorted(files.items())})
+
+
+def _versions() -> dict[str, str]:
+    """{"versions/<library>": its version} of Python and LIBRARIES (read without importing them)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return {"versions/python": platform.python_version(), **{f"versions/{name}": of(name) for name in LIBRARIES}}
 
 
 def job_code(job: Job) -> Code:

@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from dear.data import world as world_data
 from dear.model import internals
 from dear.model.clip import normalizer
-from dear.progress import track
+from dear.progress import Pace, track
 from dear.transforms import INTERPOLATION, cpu_seeded, derived_seed
 
 log = logging.getLogger("dear.pretrain")
@@ -55,6 +55,7 @@ def _train(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tup
     model.train()
     history, running = [], 0.0
     augment = augmentation(backbone.augmentation, world.image_size)
+    pace = Pace(backbone.steps)
     for step in track(range(backbone.steps), "pretraining"):
         images, captions = world_data.corpus_batch(world, backbone, step, excluded)
         pixels = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0                # [B, 3, H, W]
@@ -67,7 +68,7 @@ def _train(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tup
         if (step + 1) % log_every == 0 or step + 1 == backbone.steps:
             count = (step % log_every) + 1
             history.append({"step": step + 1, "loss": running / count, "lr": schedule(step)})
-            log.info("step %d loss %.4f", step + 1, running / count)
+            log.info("pretraining: loss %.4f at %s", running / count, pace.line(step + 1))
             running = 0.0
     model.eval()
     return history

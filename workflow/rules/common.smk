@@ -80,7 +80,7 @@ TARGETS = [*TRANSFER.cross_dataset, *TRANSFER.domain_generalization] if TRANSFER
 PROFILED = PARAMS.profile.dataset
 ROLES = rooted(f"roles/{PROFILED}/roles.parquet")
 BACKBONE = rooted("backbone")  # card.json, and model.pt when trained here (real weights are used where they lie)
-WORLD = rooted("world/card.json")
+WORLD = rooted("world")  # the embedded datasets in CoOp's layout, and card.json
 READS_WORLD = [WORLD] if world_needed(PARAMS) else []  # the world is drawn only when some job reads it
 
 wildcard_constraints:
@@ -97,6 +97,15 @@ def code(rule):
     return code_file
 
 
+def values(rule):
+    """The input holding the values a job of `rule` reads (.dear/jobs/<stage>/<item>.yaml under the output root,
+    dear.engines.job_file): the same file DVC's stage reads as a params file. A rule declares
+    `values=values("<rule name>")` next to its `code=code("<rule name>")`."""
+    def values_file(wildcards):
+        return str(dear_engines.job_file(Path(VALUES), JOBS[job_name(rule, wildcards)]))
+    return values_file
+
+
 def job_name(rule, wildcards):
     """DVC's name of the job of `rule` with these wildcards: train@mmrl-world_objects, train_transfer@mmrl, world."""
     items = [wildcards[key] for key in ("method", "dataset") if key in wildcards.keys()]
@@ -109,9 +118,10 @@ def seeds_of(pattern):
 
 
 JOBS = {job.name: job for job in dear_jobs.jobs(PARAMS)}
-CODE = rooted(".dear/code")  # each job's code file (dear.jobs.write_code_files), as DVC's check stage writes them
+VALUES = rooted(".dear/jobs")  # each job's values file and, beside, its code file, as DVC's check stage writes them
+CODE = dear_engines.code_folder(VALUES)
 if workflow.is_main_process:
-    dear_jobs.write_code_files(CODE, list(JOBS.values()))
+    dear_engines.write_job_files(PARAMS, VALUES, list(JOBS.values()))
 _HASHES, _SEEN, _FORCED = {}, set(), set()
 
 

@@ -6,6 +6,7 @@ rule fuse:
     """Refit the fusion weights on each seed's validation shots (network frozen)."""
     input:
         code=code("fuse"),
+        values=values("fuse"),
         model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
         backbone=BACKBONE,
         fewshot=seeds_of(rooted("data/{dataset}/fewshot-seed{seed}.parquet")),
@@ -31,6 +32,7 @@ if TRANSFER:  # the transfer protocols are on
         """Refit the fusion weights of each all-class model on the source's validation shots."""
         input:
             code=code("fuse_transfer"),
+            values=values("fuse_transfer"),
             model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
             backbone=BACKBONE,
             fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
@@ -55,6 +57,7 @@ rule evaluate:
     """Base-to-novel: per-class counts on the base and novel test classes, every seed."""
     input:
         code=code("evaluate"),
+        values=values("evaluate"),
         model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
         fusion=seeds_of(rooted("runs/{method}/{dataset}/fuse/seed{seed}/fusion.json")),
         backbone=BACKBONE,
@@ -82,6 +85,7 @@ if TRANSFER:  # the transfer protocols are on
         """Cross-dataset and domain generalization: per-class counts on the source and every target, every seed."""
         input:
             code=code("evaluate_transfer"),
+            values=values("evaluate_transfer"),
             model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
             fusion=seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
             backbone=BACKBONE,

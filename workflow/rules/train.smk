@@ -8,6 +8,7 @@ rule train:
     """Train one method on one dataset's base-class shots, every seed (each resumes from its checkpoint)."""
     input:
         code=code("train"),
+        values=values("train"),
         backbone=BACKBONE,
         fewshot=seeds_of(rooted("data/{dataset}/fewshot-seed{seed}.parquet")),
         roles=ROLES,
@@ -32,6 +33,7 @@ if TRANSFER:  # the transfer protocols are on
         """Train one method on all classes of the transfer source (cross-dataset and domain generalization), every seed."""
         input:
             code=code("train_transfer"),
+            values=values("train_transfer"),
             backbone=BACKBONE,
             fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
             roles=ROLES,
