@@ -104,8 +104,8 @@ def configure_torch(on: bool) -> None:
         return
     import torch
 
-    if _state.get("late"):
-        log.warning("compute.reproducible: torch was loaded before the caps were set (ATen runs %s kernels): "
+    if _state.get("late"):  # in-process callers (tests); every `dear` job sets the caps first
+        log.debug("compute.reproducible: torch was loaded before the caps were set (ATen runs %s kernels): "
                     "this process's results may differ from other CPUs'; run the stage as a `dear` command",
                     torch.backends.cpu.get_cpu_capability())
     for name, was in _state["overridden"].items():

@@ -35,10 +35,10 @@ needs_avx512 = pytest.mark.skipif("avx512f" not in reproducible.cpu_flags(),
                                   reason="emulates CPUs by capping an AVX-512 one: this CPU has no AVX-512")
 
 
-def _params(folder: Path, on: bool) -> Path:
+def _params(folder: Path, on: bool, device: str = "cpu") -> Path:
     raw = tiny_study.params()
     raw["backbone"].update(steps=30, precision="fp32")
-    raw["compute"]["reproducible"] = on
+    raw["compute"].update(reproducible=on, device=device)
     raw["data"]["datasets"] = ["world_objects"]
     raw["study"] = {"methods": ["zeroshot", "coop"], "base_to_novel": ["world_objects"], "transfer": None}
     raw["profile"]["dataset"] = "world_objects"
@@ -58,30 +58,37 @@ def _env(caps: dict) -> dict:
     return {**clean, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **caps}
 
 
-@pytest.fixture(scope="module")
-def studies(tmp_path_factory) -> dict:
-    """{(setting, cpu): folder} of the short study run on each emulated CPU, setting on and off."""
-    base = tmp_path_factory.mktemp("reproducible")
+def _world(base: Path) -> Path:
+    """The tiny world and its prepared world_objects, made once for every study under `base`."""
     _params(base, True)
     _dear(base, "world", "--out", "world")
     _dear(base, "prepare", "--dataset", "world_objects", "--out", "data/world_objects")
-    runs = {}
-    for on in (True, False):
-        for cpu in CPUS:
-            folder = base / f"{'on' if on else 'off'}-{cpu}"
-            folder.mkdir()
-            (folder / "world").symlink_to(base / "world")
-            (folder / "data").symlink_to(base / "data")
-            _params(folder, on)
-            runs[on, cpu] = folder
+    return base
 
-    def study(key):
-        result = subprocess.run([sys.executable, "-m", "tests.emulated_cpu", str(runs[key])], cwd=ROOT,
-                                capture_output=True, text=True, env=_env(CPUS[key[1]]))
-        assert result.returncode == 0, result.stderr[-3000:]
 
+def _folder(base: Path, name: str, on: bool, device: str = "cpu") -> Path:
+    folder = base / name
+    folder.mkdir()
+    (folder / "world").symlink_to(base / "world")
+    (folder / "data").symlink_to(base / "data")
+    _params(folder, on, device)
+    return folder
+
+
+def _study(folder: Path, caps: dict) -> Path:
+    result = subprocess.run([sys.executable, "-m", "tests.emulated_cpu", str(folder)], cwd=ROOT,
+                            capture_output=True, text=True, env=_env(caps))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory) -> dict:
+    """{(setting, cpu): folder} of the short study run on each emulated CPU, setting on and off."""
+    base = _world(tmp_path_factory.mktemp("reproducible"))
+    runs = {(on, cpu): _folder(base, f"{'on' if on else 'off'}-{cpu}", on) for on in (True, False) for cpu in CPUS}
     with ThreadPoolExecutor(2) as pool:  # two processes of one thread each
-        list(pool.map(study, runs))
+        list(pool.map(lambda key: _study(runs[key], CPUS[key[1]]), runs))
     return runs
 
 
@@ -132,3 +139,56 @@ def test_the_provenance_says_which_kernels_made_the_outputs(studies):
     off = json.loads((studies[False, "avx512-amx"] / "backbone/card.json").read_text())["provenance"]["compute"]
     assert off["reproducible"] is False and off["aten_capability"] == "AVX512"
     assert off["caps"]["ONEDNN_MAX_CPU_ISA"] == "AVX512_CORE_AMX" and "MKL_CBWR" not in off["caps"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_gpu_repeats_itself_and_says_how_far_it_is_from_the_cpu(tmp_path):
+    """On CUDA the setting's deterministic algorithms give the same bytes twice; the CPU's bytes are another
+    matter (other kernels): the distance is printed for docs/compute.md, not held to a bound."""
+    base = _world(tmp_path)
+    first, second = (_study(_folder(base, f"gpu{i}", True, "cuda"), {}) for i in (1, 2))
+    cpu = _outputs(_study(_folder(base, "cpu", True), {}))
+    first, second = _outputs(first), _outputs(second)
+    assert first["backbone"] == second["backbone"] and first["trained"] == second["trained"]
+    assert first["eval"] == second["eval"]
+    gpu_state = torch.load(base / "gpu1/backbone/model.pt", map_location="cpu")
+    cpu_state = torch.load(base / "cpu/backbone/model.pt", map_location="cpu")
+    largest = max((gpu_state[k].float() - cpu_state[k].float()).abs().max().item() for k in cpu_state)
+    correct = lambda rows: sum(r["correct"] for r in rows) / sum(r["total"] for r in rows)  # noqa: E731
+    print(f"GPU vs CPU: largest backbone weight difference {largest:.3g}; accuracy {100 * correct(first['eval']):.2f} "
+          f"vs {100 * correct(cpu['eval']):.2f} %")
+
+
+def _record(flags: list[str], aten: str, on: bool, caps: dict | None = None) -> dict:
+    job = {"reproducible": on, "cpu_flags": flags, "aten_capability": aten, "mkldnn_enabled": not on,
+           "caps": caps if caps is not None else (dict(reproducible.CAPS) if on else {}), "threads": 1,
+           "builds": {"torch": "2.14.1", "blas": "MKL 2024.2", "onednn": "oneDNN v3.12.0"}}
+    return {"compute": [job, {**job, "threads": 2}]}
+
+
+def test_compare_names_cpus_of_other_instruction_sets_before_the_numbers():
+    from dear.compare import machines
+
+    amx, avx2 = ["avx2", "fma", "avx512f", "amx_bf16"], ["avx2", "fma"]
+    capped = machines(_record(amx, "AVX2", True), _record(avx2, "AVX2", True))
+    assert capped == ["- **the runs were made on CPUs with different instruction sets** (avx2 fma avx512f amx_bf16 → "
+                      "avx2 fma): both capped their kernels at the same set (compute.reproducible), so this alone "
+                      "moves no number"]
+    fastest = machines(_record(amx, "AVX512", False), _record(avx2, "AVX2", False))
+    assert fastest[0].endswith("their kernels differ, so float rounding moves the numbers")
+    assert fastest[1] == "- **kernels**: ATen AVX512, oneDNN on → ATen AVX2, oneDNN on"
+    switched = machines(_record(amx, "AVX2", True), _record(amx, "AVX512", False))
+    assert switched[0] == "- **compute.reproducible**: true → false" and switched[1].startswith("- **kernels**: ATen AVX2")
+    assert machines(_record(amx, "AVX2", True), _record(amx, "AVX2", True)) == [
+        "- the same: instruction sets, kernels, caps and torch builds"]
+    assert machines({}, _record(amx, "AVX2", True))[0].startswith("- a run's record does not say")
+
+
+def test_compare_tells_a_snapshot_that_predates_the_record_from_a_folder_without_a_run(tmp_path):
+    from dear.compare import _report_folder
+    from dear.errors import DearError
+
+    (tmp_path / "run.json").write_text("{}")
+    with pytest.raises(DearError, match="a snapshot without the run's record.json.*python -m dear.docs --snapshot"):
+        _report_folder(tmp_path)
