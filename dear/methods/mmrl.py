@@ -131,6 +131,10 @@ class MMRL(MethodModel):
         return torch.einsum("bkc,k->bc", logits, alpha.to(logits.dtype))
 
     def step(self, prefix, labels, classnames, frozen_image=None) -> Step:
+        """frozen_image: the untouched CLS feature [B, E]; computed here when not given and the image regularizer
+        counts (reg_weight > 0). With reg_weight 0 the trainer passes none and `img` is logged as 0: it adds nothing."""
+        if frozen_image is None and self.needs_frozen_image:
+            frozen_image = self.frozen_image(prefix)
         features = self.encode(prefix)  # [B, S+1, E]
         text = self.text_features(classnames)  # [C, E]
         logits = self.logit_scale().float() * torch.einsum("bke,ce->bkc", features.float(), text.float())

@@ -302,12 +302,18 @@ def image_projection(model: nn.Module) -> torch.Tensor:
 def encode_image(model: nn.Module, images: torch.Tensor, masks: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
     """`model.encode_image` recomposed from the parts, with optional per-layer masks.
 
-    masks: {0-based layer index: [H, T, T]}; unmasked layers are plain.
+    masks: {1-based layer: [H, T, T]} (as `masks.layer_masks` and `towers.run_image` number them: layer 1 is the
+    first block); unmasked layers are plain. A key outside 1..L is an error, never a silently unmasked model.
     """
     tower = vision_tower(model)
+    masks = masks or {}
+    outside = sorted(layer for layer in masks if not 1 <= layer <= tower.layers)
+    if outside:
+        raise DearError(f"masks: layer {outside[0]} is outside this image tower's layers 1..{tower.layers} "
+                        "(layers are 1-based)")
     x = image_tokens(model, images)  # [B, T, D]
-    for index, block in enumerate(tower.blocks):
-        x = block_forward(block, x, (masks or {}).get(index))
+    for layer, block in enumerate(tower.blocks, start=1):
+        x = block_forward(block, x, masks.get(layer))
     return image_embedding(model, x[:, 0])
 
 
