@@ -3,12 +3,16 @@
 import pytest
 import torch
 
+from dear import api
 from dear.errors import DearError
 from dear.methods.recipe import resolve
 from dear.model import internals
 from dear.model.masks import head_mask
 from tests import methods_tools as mt
+from tests.fake_run import ROOT
 from tests.tiny_clip import tiny_clip
+
+ROOT_DOCS = ROOT / "docs"
 
 
 def test_encode_image_numbers_mask_layers_from_one():
@@ -51,3 +55,73 @@ def test_step_without_frozen_image_computes_the_image_term(clip, name):
     assert given.terms["img"] > 0
     torch.testing.assert_close(alone.terms["img"], given.terms["img"])
     torch.testing.assert_close(alone.total, given.total)
+
+
+def python_blocks(page: str) -> list[str]:
+    """The ```python blocks of a docs page, in order."""
+    text = (ROOT_DOCS / page).read_text()
+    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+
+
+def test_the_api_page_example_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    example = python_blocks("api.md")[0]
+    exec(compile(example, "docs/api.md", "exec"), {"__name__": "__main__"})
+    printed = capsys.readouterr().out
+    assert "mask_role" in printed and "(4, 22, 22)" in printed  # the tiny model: 4 heads, 1 + 16 patches + 5 tokens
+    assert "'cls', 'color', 'shape', 'texture', 'object', 'position'" in printed
+
+
+def test_public_names_are_documented_and_exported():
+    import dear
+    from dear import api
+
+    assert dear.__all__ == api.__all__
+    page = (ROOT_DOCS / "api.md").read_text()
+    for name in api.__all__:
+        assert getattr(dear, name) is getattr(api, name)
+        assert f"`{name}" in page, f"{name} is public but docs/api.md does not say what it is"
+
+
+def test_import_dear_stays_light():
+    import subprocess
+    import sys
+
+    code = "import sys, dear; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_role_masks_follow_the_roles_table():
+    model = tiny_clip()
+    rows = [{"layer": 3, "head": h, "mask_role": kind, "concept": concept}
+            for h, (kind, concept) in enumerate([("attribute", "shape"), ("generalization", "scene"), ("mixed", "color"),
+                                                 ("attribute", "style")])]
+    masks = api.role_masks(model, rows)
+    assert list(masks) == [3]  # a 3-layer tower: the token layers after the first two thirds
+    mask = masks[3]  # [H, T, T], T = 17 + 5
+    assert mask.shape == (4, 22, 22)
+    shape_token = 17 + api.CORE_CONCEPTS.index("shape")
+    assert mask[0, 0, shape_token] == 0 and torch.isinf(mask[0, 0, 17])  # the shape head reads the shape token only
+    assert torch.isinf(mask[1, 0, 17:]).all() and (mask[2] == 0).all()  # generalization: none; mixed: every one
+    assert torch.isinf(mask[3, 0, 17:]).all()  # an attribute head of no token's concept is isolated
+    with pytest.raises(DearError, match="does not exist in this backbone"):
+        api.role_masks(model, [{"layer": 4, "head": 0, "mask_role": "mixed", "concept": None}])
+    with pytest.raises(DearError, match="layers: 0 is outside"):
+        api.role_masks(model, rows, layers=[0])
+
+
+def test_attribute_tokens_refuse_an_unknown_recipe_key():
+    model = tiny_clip()
+    with pytest.raises(DearError, match="train.recipes.dear.atribute_tokens: recipe 'dear' has no such key"):
+        api.attribute_tokens(model, mt.tokenize, None, recipe={"atribute_tokens": 2})
+
+
+def test_head_roles_settings_errors_name_the_settings_field():
+    model = tiny_clip()
+    images = torch.randn(6, 3, 32, 32)
+    bank = [(f"text {i}", "color") for i in range(8)]
+    with pytest.raises(DearError, match="RoleSettings.svd_rank"):
+        api.head_roles(model, mt.tokenize, images, bank, api.RoleSettings(svd_rank=40))
+    table = api.head_roles(model, mt.tokenize, images, bank, api.RoleSettings(layers=1))
+    assert table.column_names == list(api.ROLE_COLUMNS) and table.num_rows == 4
+    assert set(table["layer"].to_pylist()) == {3} and set(table["n_images"].to_pylist()) == {6}

@@ -35,6 +35,11 @@ from dear.model import internals as oc
 from dear.model.masks import HeadRole, layer_masks
 
 
+def default_start(depth: int) -> int:
+    """The first token layer when the recipe says null: after the first two thirds (ViT-B/16: 9 of 12)."""
+    return 2 * depth // 3 + 1
+
+
 class DeAR(MMRL):
     TERMS = ("cls", "attr", "fused", "img", "txt", "fus")
     refits_fusion = True
@@ -50,8 +55,8 @@ class DeAR(MMRL):
             raise DearError(f"--roles: method {self.name} needs the roles table from `dear profile`")
         self.roles = roles if self.masked else None
         self.concepts = list(r.concepts[:K])
-        self.start = check_layer(r.start_layer or 2 * self.vision.layers // 3 + 1, self.vision.layers, "start_layer")
-        self.text_start = check_layer(r.text_start_layer or 2 * self.text.layers // 3 + 1, self.text.layers,
+        self.start = check_layer(r.start_layer or default_start(self.vision.layers), self.vision.layers, "start_layer")
+        self.text_start = check_layer(r.text_start_layer or default_start(self.text.layers), self.text.layers,
                                       "text_start_layer")
         rows = max(K, N)
         self.bank = nn.Parameter(torch.randn(rows, r.rep_dim) * r.init_std) if rows else None  # R [rows, d_r]

@@ -252,6 +252,11 @@ def image_tokens(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     return model.visual._embeds(images.to(image_dtype(model)))
 
 
+def image_positions(model: nn.Module) -> int:
+    """Tokens entering block 1: CLS plus the patches, 1 + (S / patch)^2 (the group O of the role mask)."""
+    return int(model.visual.positional_embedding.shape[0])
+
+
 def image_embedding(model: nn.Module, cls_state: torch.Tensor) -> torch.Tensor:
     """ln_post and projection of final CLS states: [B, D] -> [B, E] (unnormalized)."""
     visual = model.visual
