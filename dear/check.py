@@ -387,7 +387,7 @@ CHECKS: tuple[Check, ...] = (
     Check(weights_file, ("model",), "model.pretrained", "machine", stages=("backbone",)),
     Check(weights_fetched, ("model",), "the weights in the cache", "machine"),
     Check(device, ("compute",), "compute.device", "machine",
-          stages=("backbone", "profile", "train", "fuse", "evaluate")),
+          stages=("backbone", "profile", "train", "fuse", "evaluate", "predict")),
     Check(profile, ("profile", "model", "data", "world"), "the profile's roles, bank, layers and SVD rank",
           stages=("profile",)),
     Check(train, ("train", "model", "study"), "train.recipes and every training job's recipe", stages=("train",)),

@@ -103,9 +103,13 @@ def _evaluate(params, values, method, dataset, classes) -> list[str]:
     return keys
 
 
+def _predict(params, values, method, dataset, classes) -> list[str]:
+    return ["compute.device", "evaluate.batch_size", "fusion.novel"]
+
+
 def _report(params, values, method, dataset, classes) -> list[str]:
     return ["data.seeds", *_under(values, "report")]
 
 
 STAGES = {"world": _world, "backbone": _backbone, "prepare": _prepare, "profile": _profile, "train": _train,
-          "fuse": _fuse, "evaluate": _evaluate, "report": _report}
+          "fuse": _fuse, "evaluate": _evaluate, "report": _report, "predict": _predict}
