@@ -489,7 +489,34 @@ RECORD = [
          setup=_crafted("model.pt")),
 ]
 
-CASES = PARAMS + YAML + NUMBERS + FILESYSTEM + IMAGES + DATA + LOADING + RECORD
+def _predict(i: Inputs, images: str, *extra: str) -> list:
+    return with_params(["predict", "--model", i.model, "--backbone", i.backbone, "--images", images, "--out", "out",
+                        *extra], str(i.params))
+
+
+def _broken_images(inputs: Inputs, here: Path, patch) -> None:
+    (here / "images").mkdir()
+    (here / "images/a.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    (here / "images/b.jpg").write_text("not an image")
+
+
+PREDICT = [
+    Case("no-images-predict", "predict", "--images: a folder without image files", ["no image files in this folder"],
+         lambda i: _predict(i, "images"), setup=lambda i, here, patch: (here / "images").mkdir()),
+    Case("unreadable-images-predict", "predict", "--images: every image is unreadable (one bad image is a row)",
+         ["none of the 2 image(s) could be read", "a.png: not a readable image"], lambda i: _predict(i, "images"),
+         setup=_broken_images),
+    Case("repeated-class-predict", "predict", "--classes: a class name listed twice", ["'cat' is listed 2 times"],
+         lambda i: _predict(i, str(i.root / "raw/world_objects/images"), "--classes", "classes.txt"),
+         setup=lambda i, here, patch: (here / "classes.txt").write_text("cat\ndog\ncat\n") and None),
+    Case("fusion-of-another-model-predict", "predict", "--fusion: alpha of another model (3 streams for coop's 1)",
+         ["no alpha of 1 streams for coop"],
+         lambda i: _predict(i, str(i.root / "raw/world_objects/images"), "--fusion", "fusion.json"),
+         setup=lambda i, here, patch: (here / "fusion.json").write_text('{"alpha": [0.5, 0.25, 0.25]}') and None),
+]
+
+
+CASES = PARAMS + YAML + NUMBERS + FILESYSTEM + IMAGES + DATA + LOADING + RECORD + PREDICT
 
 
 # --- running one ------------------------------------------------------------------------------

@@ -82,7 +82,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     rows = score(model, paths, classnames, seen, alpha, params, precision, min(inputs.top_k, len(classnames)))
     failed = [row for row in rows if row["error"] is not None]
     if len(failed) == len(rows):
-        raise DearError(f"{inputs.images}: none of the {len(rows)} image(s) could be read, e.g. {failed[0]['error']}")
+        raise DearError(f"{inputs.images}: none of the {len(rows)} image(s) could be read, e.g. {failed[0]['error']}; "
+                        "give images PIL can open")
     used = {"model": inputs.model, "backbone": Path(inputs.backbone) / "card.json", "images": inputs.images,
             **{name: path for name, path in (("roles", inputs.roles), ("fusion", inputs.fusion),
                                              ("classes", inputs.classes)) if path is not None}}
@@ -168,12 +169,16 @@ class _Images(torch.utils.data.Dataset):
         return len(self.paths)
 
     def __getitem__(self, index: int):
-        from dear.data.manifest import read_rgb
+        from PIL import Image
 
+        path = self.paths[index]
         try:
-            return index, self.transform(read_rgb(self.paths[index])), None
-        except DearError as err:
-            return index, None, str(err)
+            with Image.open(path) as image:
+                return index, self.transform(image.convert("RGB")), None
+        except OSError as err:  # missing, truncated, not an image (PIL's UnidentifiedImageError is an OSError)
+            why = "not found" if isinstance(err, FileNotFoundError) else \
+                f"not a readable image ({' '.join(str(err).split()) or type(err).__name__})"
+            return index, None, f"{path}: {why}"
 
 
 def _collate(items: list) -> list:
