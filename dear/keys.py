@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dear.params import Params
+from dear.params import Params, sanity_on
 
 
 def flat(params: Params) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def _backbone(params, values, method, dataset, classes) -> list[str]:
         keys += [key for key in _under(values, "backbone") if not key.startswith("backbone.sanity")
                  and key != "backbone.eval_batch_size"] + _under(values, "world")
     keys.append("backbone.sanity.enabled")
-    if params.backbone.sanity.enabled:
+    if sanity_on(params):
         keys += ["backbone.sanity.max_images_per_set", "backbone.eval_batch_size", *_under(values, "world")]
     return keys
 

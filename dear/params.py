@@ -122,7 +122,9 @@ class Model(Section):
 # --- backbone: contrastive pretraining of the embedded model ---------------------
 
 class BackboneSanity(Section):
-    enabled: bool = Field(description="score the backbone zero-shot on every world test set (needs `dear world`)")
+    enabled: bool | Literal["auto"] = Field(
+        description="score the backbone zero-shot on every world test set (needs `dear world`); auto: only the "
+                    "embedded backbone (real or your own weights need no check on emoji)")
     max_images_per_set: int | None = Field(
         ge=1, description="a seeded sample of at most this many test images per set; null = all of them")
 
@@ -387,11 +389,16 @@ def unprepared(data: Data, study: Study, profile: Profile) -> list[str]:
             for name, named in keys.items()]
 
 
+def sanity_on(params: Any) -> bool:
+    """Whether `dear backbone` scores the backbone on the world (`backbone.sanity.enabled`; auto: embedded only)."""
+    enabled = params.backbone.sanity.enabled
+    return params.model.pretrained == "embedded" if enabled == "auto" else bool(enabled)
+
+
 def world_needed(params: Any) -> bool:
     """Whether some job reads the embedded world: its images, or its corpus to train the backbone on, or the
     backbone's sanity check on it. A study of real data and real weights draws no world."""
-    return params.data.source == "embedded" or params.model.pretrained == "embedded" or \
-        params.backbone.sanity.enabled
+    return params.data.source == "embedded" or params.model.pretrained == "embedded" or sanity_on(params)
 
 
 # --- loading -------------------------------------------------------------------
