@@ -117,7 +117,7 @@ def role_masks(model: nn.Module, roles: RolesLike, concepts: Sequence[str] = COR
     roles table does not list are mixed. Pass them to DeAR's tokens (`attribute_tokens` does) or to your own
     blocks that append K tokens after the patches.
     """
-    from dear.methods.dear import default_start
+    from dear.methods.layers import two_thirds as default_start
     from dear.model import internals
     from dear.model.masks import layer_masks
 

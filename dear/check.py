@@ -38,6 +38,7 @@ from dear.cpus import available as available_cpus
 from dear.data import coop
 from dear.data import world as world_data
 from dear.errors import DearError, Problems
+from dear.methods.layers import resolve as resolve_layers
 from dear.model.concepts import CORE_CONCEPTS
 from dear.model.textbank import load_bank
 from dear.model.textspan import rank_problems
@@ -212,11 +213,29 @@ def model(params, params_file: str) -> list[str]:
     if config is None:
         return [f"model.arch: unknown architecture {cfg.arch!r}; use dear-world, an open_clip name (ViT-B-16, ...) "
                 "or a config JSON path"]
+    refused = unsupported(cfg.arch, config)
+    if refused:
+        return [refused]
     size = config.get("vision_cfg", {}).get("image_size")
     if cfg.pretrained == "embedded" and size != params.world.image_size:
         return [f"model.arch: {cfg.arch} takes {size} px images but world.image_size is {params.world.image_size}; "
                 f"set world.image_size to {size}, or choose a model.arch that takes {params.world.image_size} px"]
     return []
+
+
+def unsupported(arch: str, config: dict) -> str | None:
+    """Why DeAR cannot serve an architecture, from its config (what `dear.model.internals` refuses once built)."""
+    vision, text = config.get("vision_cfg", {}), config.get("text_cfg", {})
+    use = "; use a CLS-token open_clip ViT (e.g. ViT-B-16)"
+    if vision.get("timm_model_name") or not isinstance(vision.get("layers", 12), int):
+        return f"model.arch: {arch}'s image tower is not an open_clip ViT (a timm or ResNet tower){use}"
+    if vision.get("attentional_pool") or vision.get("final_ln_after_pool"):
+        return f"model.arch: {arch} pools its image tower attentionally (or normalizes after pooling){use}"
+    if vision.get("pool_type", "tok") != "tok":
+        return f"model.arch: {arch} pools its image tower by '{vision['pool_type']}', without a CLS token{use}"
+    if text.get("hf_model_name") or text.get("embed_cls") or text.get("no_causal_mask"):
+        return f"model.arch: {arch}'s text tower is not CLIP's causal one (Hugging Face, CoCa's CLS or no causal mask){use}"
+    return None
 
 
 def weights_file(params, params_file: str) -> list[str]:
@@ -318,7 +337,7 @@ def train(params, params_file: str) -> list[str]:
     if found:
         return found
     config = arch_config(params.model.arch) or {}
-    depth = {"vision": config.get("vision_cfg", {}).get("layers"), "text": config.get("text_cfg", {}).get("layers")}
+    depth = tower_depths(config)
     broken: dict[tuple, list] = {}  # (key, value, problem) -> [where it comes from, jobs]
     for method, dataset, protocol in training_jobs(params):
         recipe = params.train.recipe(method, dataset, protocol)
@@ -341,22 +360,19 @@ def _recipe_problems(recipe, depth: dict, arch: str) -> list[tuple[str, str]]:
     if recipe.get("attribute_tokens", 0) > len(set(recipe.get("concepts", []))):
         found.append(("attribute_tokens", f"needs as many distinct concepts (got {recipe.concepts}); "
                                           "list one concept per token"))
-    towers = {"start_layer": ["vision"], "text_start_layer": ["text"]}
-    if "text_start_layer" not in recipe.settings:  # MMRL: one start for both towers
-        towers["start_layer"].append("text")
-    for key, names in towers.items():
-        start = recipe.get(key)
-        layers = [depth[name] for name in names if isinstance(depth[name], int)]
-        if start is not None and layers and start > min(layers):
-            shape = " and ".join(f"{depth[name]} {name}" for name in names)
-            found.append((key, f"is past the last layer of {arch} ({shape} layers); set it in 1..{min(layers)}, "
-                               "or null"))
+    found += [(layer.key, layer.problem.replace("this model", arch, 1))
+              for layer in resolve_layers(recipe.recipe, recipe.values, depth) if layer.problem]
     return found
 
 
 def _jobs(jobs: list[str]) -> str:
     jobs = list(dict.fromkeys(jobs))
     return "jobs " + ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
+
+
+def tower_depths(config: dict) -> dict[str, int | None]:
+    """{'image': layers, 'text': layers} of an architecture's config (None where it does not say)."""
+    return {"image": config.get("vision_cfg", {}).get("layers"), "text": config.get("text_cfg", {}).get("layers")}
 
 
 def training_jobs(params: Params) -> list[tuple[str, str, str]]:

@@ -30,14 +30,10 @@ from torch import nn
 
 from dear.errors import DearError
 from dear.methods.base import check_layer, cross_entropy
+from dear.methods.layers import two_thirds as default_start
 from dear.methods.mmrl import MMRL
 from dear.model import internals as oc
 from dear.model.masks import HeadRole, layer_masks
-
-
-def default_start(depth: int) -> int:
-    """The first token layer when the recipe says null: after the first two thirds (ViT-B/16: 9 of 12)."""
-    return 2 * depth // 3 + 1
 
 
 class DeAR(MMRL):

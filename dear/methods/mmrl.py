@@ -31,6 +31,7 @@ from torch import nn
 
 from dear.methods import prompts, towers
 from dear.methods.base import MethodModel, Step, check_layer, cross_entropy
+from dear.methods.layers import half
 from dear.model import internals as oc
 
 
@@ -42,8 +43,8 @@ class MMRL(MethodModel):
 
     def build(self, roles) -> None:
         r = self.recipe
-        self.start = check_layer(r.start_layer or (self.vision.layers + 1) // 2, self.vision.layers, "start_layer")
-        self.text_start = check_layer(r.start_layer or (self.text.layers + 1) // 2, self.text.layers, "start_layer")
+        self.start = check_layer(r.start_layer or half(self.vision.layers), self.vision.layers, "start_layer")
+        self.text_start = check_layer(r.start_layer or half(self.text.layers), self.text.layers, "start_layer")
         self.bank = nn.Parameter(torch.randn(r.tokens, r.rep_dim) * self.INIT_STD)  # R [n, REP_DIM]
         self.vision_aligners = _copies(nn.Linear(r.rep_dim, self.vision.width), self.vision.layers - self.start + 1)
         self.text_aligners = _copies(nn.Linear(r.rep_dim, self.text.width), self.text.layers - self.text_start + 1)

@@ -14,6 +14,8 @@ from pathlib import Path
 from dear.errors import DearError
 from dear.methods import entry
 from dear.methods import prompts as prompt_forms
+from dear.methods.layers import Resolved
+from dear.methods.layers import resolve as resolve_layers
 from dear.methods.recipe import Recipe, load
 from dear.params import Params
 
@@ -47,6 +49,14 @@ def example_classes(params: Params, dataset: str) -> tuple[list[str], bool]:
     return EXAMPLES, False
 
 
+def resolved_layers(params: Params, recipe: Recipe) -> list[Resolved]:
+    """The recipe's layer keys on the config's model (`dear.methods.layers`): which layers each covers."""
+    from dear.check import tower_depths
+    from dear.probe import arch_config
+
+    return resolve_layers(recipe.recipe, recipe.values, tower_depths(arch_config(params.model.arch) or {}))
+
+
 def prompts_of(recipe: Recipe, classes: list[str]) -> list[str]:
     form = load(recipe.recipe).prompt
     built = [prompt_forms.of_recipe(form, recipe.values, name) for name in classes]
@@ -65,6 +75,10 @@ def as_text(params: Params, recipes: list[Recipe], source: str) -> str:
             mark = "*" if setting.differs else " "
             note = f" (authors: {json.dumps(setting.authors)})" if setting.differs else ""
             lines.append(f"  {mark}{key:<{width}}  {value:<24} {setting.kind}: {setting.source}{note}")
+        layers = resolved_layers(params, recipe)
+        if layers:
+            lines.append(f"   layers on {params.model.arch}: " + "; ".join(
+                layer.shown() + (f" ({layer.problem})" if layer.problem else "") for layer in layers))
         classes, own = example_classes(params, recipe.dataset)
         shown = prompts_of(recipe, classes)
         if shown:
@@ -76,5 +90,9 @@ def as_json(params: Params, recipes: list[Recipe]) -> str:
     rows = []
     for recipe in recipes:
         classes, own = example_classes(params, recipe.dataset)
-        rows.append({**recipe.to_dict(), "prompts": prompts_of(recipe, classes), "example_classes_own": own})
+        layers = {layer.key: {"value": layer.value, "problem": layer.problem,
+                              "layers": {tower: list(span) for tower, span in layer.layers.items()}}
+                  for layer in resolved_layers(params, recipe)}
+        rows.append({**recipe.to_dict(), "prompts": prompts_of(recipe, classes), "example_classes_own": own,
+                     "layers": layers})
     return json.dumps(rows, indent=1, default=str)

@@ -60,6 +60,9 @@ def text_tower(model: nn.Module) -> Tower:
     text = _text_module(model)
     if getattr(text, "cls_emb", None) is not None:
         raise DearError("model: text towers with a CLS embedding (CoCa) are not supported")
+    if getattr(text, "attn_mask", True) is None:
+        raise DearError("model: text towers without a causal mask (text_cfg.no_causal_mask) are not supported; "
+                        "DeAR's prompts are read under CLIP's causal mask")
     return _tower(text.transformer, "text")
 
 
