@@ -80,7 +80,7 @@ def head_roles(model: nn.Module, tokenizer: Callable[[list[str]], torch.Tensor],
                settings: RoleSettings | None = None, batch_size: int = 64) -> pa.Table:
     """The roles table of the last image layers' heads: one row per (layer, head), columns `ROLE_COLUMNS`.
 
-    images: preprocessed images [M, 3, S, S], or an iterable of such batches (on the model's device);
+    images: preprocessed images [M, 3, S, S], or an iterable of such batches (moved to the model's device);
     bank: (text, concept) pairs, a TSV/Parquet file of text and concept, or None for the packaged bank.
     `mask_role` is what `role_masks` uses (a non-core attribute head is isolated like a generalization head).
     """
@@ -95,7 +95,9 @@ def head_roles(model: nn.Module, tokenizer: Callable[[list[str]], torch.Tensor],
     _settings_errors(check_layers, model, layers)
     text_bank = _bank(bank, settings.concepts)
     texts = embed_texts(model, tokenizer, text_bank.texts, batch_size).cpu().numpy()  # [K, E]
-    stats = head_statistics(model, _batches(images, batch_size), layers, settings.contributions)
+    device = internals.text_positions(model).device
+    batches = (batch.to(device) for batch in _batches(images, batch_size))
+    stats = head_statistics(model, batches, layers, settings.contributions)
     n_images, dim = stats.count, texts.shape[1]
     rank = settings.svd_rank if settings.svd_rank is not None else min(80, n_images - 1, dim)
     picks = settings.texts_per_head if settings.texts_per_head is not None else min(20, rank, len(text_bank))

@@ -199,3 +199,21 @@ def test_towers_dear_cannot_serve_are_refused_in_one_line(name, tmp_path):
 
     with pytest.raises(DearError, match="not supported|DeAR reads the CLS token"):
         api.load_clip(str(arch), weights)
+
+
+def test_dear_recipe_shows_the_layers_each_value_resolves_to(tmp_path):
+    config = LAYOUTS["deep-quickgelu"]  # 5 image layers, 3 text layers
+    arch, weights = _model_files(tmp_path, "deep-quickgelu", config)
+    params = _params(tmp_path, arch, weights, {"maple": {"prompt_depth": 2}})
+    result = CliRunner().invoke(app, ["recipe", "--params", str(params), "--method", "dear"])
+    assert result.exit_code == 0, result.output
+    assert (f"layers on {arch}: start_layer null -> image layers 4-5 of 5; "
+            "text_start_layer null -> text layers 3 of 3") not in result.output  # one layer reads 'layer 3'
+    assert (f"layers on {arch}: start_layer null -> image layers 4-5 of 5; "
+            "text_start_layer null -> text layer 3 of 3") in result.output
+    result = CliRunner().invoke(app, ["recipe", "--params", str(params), "--json"])
+    rows = {row["method"]: row["layers"] for row in json.loads(result.output)}
+    assert rows["maple"]["prompt_depth"] == {"value": 2, "problem": None, "layers": {"image": [1, 2], "text": [1, 2]}}
+    assert rows["mmrl"]["start_layer"]["problem"].startswith("does not fit this model (5 image and 3 text layers); "
+                                                             "set it in 1..3, or null")
+    assert rows["coop"] == {}
