@@ -42,9 +42,9 @@ def test_misspelt_recipe_override_raises():
     assert resolve({"all": {"rep_dim": 16}}, "coop", "world_objects", "base_to_novel").get("rep_dim") is None
 
 
-@pytest.mark.parametrize("name", ["mmrl", "dear_nomask"])
-def test_step_without_frozen_image_computes_the_image_term(clip, name):
-    model = mt.build(clip, name, reg_weight=0.5)
+@pytest.mark.parametrize("name, reg_weight", [("mmrl", 0.5), ("dear_nomask", 0.5), ("mmrl", 0.0)])
+def test_step_without_frozen_image_computes_the_image_term(clip, name, reg_weight):
+    model = mt.build(clip, name, reg_weight=reg_weight)
     images = torch.randn(4, 3, 32, 32)
     prefix = model.image_prefix(images)
     labels = torch.tensor([0, 1, 2, 0])

@@ -36,6 +36,7 @@ from dear.model import internals as oc
 
 
 class MMRL(MethodModel):
+    needs_frozen_image = True  # the image regularizer compares with it (logged even when reg_weight is 0)
     TERMS = ("cls", "attr", "fused", "img", "txt")
     INIT_STD = 0.02  # nn.init.normal_(compound_rep_tokens, std=0.02)
 
@@ -58,10 +59,6 @@ class MMRL(MethodModel):
     @property
     def text_tokens(self) -> int:
         return self.bank.shape[0]
-
-    @property
-    def needs_frozen_image(self) -> bool:
-        return self.recipe.reg_weight > 0
 
     # --- image side ---------------------------------------------------------------------
 
@@ -132,19 +129,18 @@ class MMRL(MethodModel):
         return torch.einsum("bkc,k->bc", logits, alpha.to(logits.dtype))
 
     def step(self, prefix, labels, classnames, frozen_image=None) -> Step:
-        """frozen_image: the untouched CLS feature [B, E]; computed here when not given and the image regularizer
-        counts (reg_weight > 0). With reg_weight 0 the trainer passes none and `img` is logged as 0: it adds nothing."""
-        if frozen_image is None and self.needs_frozen_image:
+        """frozen_image: the untouched CLS feature [B, E] (the trainer's cache); computed here when not given, so the
+        image regularizer is never silently 0."""
+        if frozen_image is None:
             frozen_image = self.frozen_image(prefix)
         features = self.encode(prefix)  # [B, S+1, E]
         text = self.text_features(classnames)  # [C, E]
         logits = self.logit_scale().float() * torch.einsum("bke,ce->bkc", features.float(), text.float())
         alpha = self.alpha
         fused = self.fused(logits, alpha)  # [B, C]
-        zero = logits.new_zeros(())
         terms = {"cls": cross_entropy(logits[:, 0], labels), "attr": self._attribute_ce(logits[:, 1:], labels),
                  "fused": cross_entropy(fused, labels),
-                 "img": _one_minus_cos(features[:, 0], frozen_image) if frozen_image is not None else zero,
+                 "img": _one_minus_cos(features[:, 0], frozen_image),
                  "txt": _one_minus_cos(text, self.frozen_text(classnames)), **self._fusion_terms(alpha)}
         return Step(self._total(terms), terms, fused)
 
