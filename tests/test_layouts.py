@@ -217,3 +217,29 @@ def test_dear_recipe_shows_the_layers_each_value_resolves_to(tmp_path):
     assert rows["mmrl"]["start_layer"]["problem"].startswith("does not fit this model (5 image and 3 text layers); "
                                                              "set it in 1..3, or null")
     assert rows["coop"] == {}
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_the_library_serves_every_layout(name, tmp_path):
+    """dear.api on one's own CLIP: roles, masks and attribute tokens trained a step in one's own loop."""
+    from dear import api
+
+    config = LAYOUTS[name]
+    arch, weights = _model_files(tmp_path, name, config)
+    model, tokenizer, preprocess = api.load_clip(str(arch), weights, quick_gelu=config["quick_gelu"])
+    size, patch = config["vision_cfg"]["image_size"], config["vision_cfg"]["patch_size"]
+    images = torch.randn(12, 3, size, size)
+    roles = api.head_roles(model, tokenizer, images, BANK, api.RoleSettings(layers=2))
+    heads = config["vision_cfg"]["width"] // config["vision_cfg"]["head_width"]
+    assert roles.num_rows == 2 * heads
+    masks = api.role_masks(model, roles)
+    tokens = 1 + (size // patch) ** 2 + len(api.CORE_CONCEPTS)
+    assert all(mask.shape == (heads, tokens, tokens) for mask in masks.values())
+    adapted = api.attribute_tokens(model, tokenizer, roles, recipe={"rep_dim": 8})
+    optimizer = torch.optim.SGD(adapted.learnable_parameters(), lr=0.1)
+    before = [p.detach().clone() for p in adapted.learnable_parameters()]
+    loss = adapted.loss(images[:4], torch.tensor([0, 1, 2, 0]), ["cat", "dog", "bird"])
+    loss.backward()
+    optimizer.step()
+    assert any(not torch.equal(a, b) for a, b in zip(before, adapted.learnable_parameters()))
+    assert adapted(images[:2], ["cat", "dog", "bird"]).shape == (2, 3)
