@@ -6,8 +6,8 @@ torch and open_clip on first use, so `import dear` (and the CLI) stays light.
 
 __version__ = "0.1.0"
 
-__all__ = ["RoleSettings", "DeARModel", "load_clip", "head_roles", "role_masks", "attribute_tokens", "fuse_logits",
-           "load_trained", "CORE_CONCEPTS"]
+__all__ = ["RoleSettings", "DeARModel", "load_clip", "head_roles", "role_masks", "encode_image", "attribute_tokens",
+           "fuse_logits", "load_trained", "CORE_CONCEPTS"]
 
 
 def __getattr__(name: str):

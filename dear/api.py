@@ -8,6 +8,7 @@ Everything here works on any open_clip CLIP with a CLS-token ViT image tower
 - `head_roles`: each image head's concept, Concept Entropy and role (SPEC §1-3)
   from your images and a concept bank, as the table `dear profile` writes;
 - `role_masks`: the Role-Based Attention Mask of the token layers (SPEC §5);
+- `encode_image`: image features with your own tokens behind such masks;
 - `attribute_tokens`: your CLIP with DeAR's attribute and text tokens behind
   that mask, an `nn.Module` you train with your own optimizer (`DeARModel`);
 - `fuse_logits`: the Task-Adaptive Fusion of stream logits (SPEC §6);
@@ -32,8 +33,8 @@ from torch import nn
 
 from dear.errors import DearError
 
-__all__ = ["RoleSettings", "DeARModel", "load_clip", "head_roles", "role_masks", "attribute_tokens", "fuse_logits",
-           "load_trained", "CORE_CONCEPTS"]
+__all__ = ["RoleSettings", "DeARModel", "load_clip", "head_roles", "role_masks", "encode_image", "attribute_tokens",
+           "fuse_logits", "load_trained", "CORE_CONCEPTS"]
 
 CORE_CONCEPTS: tuple[str, ...] = ("color", "shape", "texture", "object", "position")  # SPEC §3-4, token order
 ROLE_COLUMNS = ("layer", "head", "entropy_bits", "role", "concept", "concept_share", "mask_role", "n_images")
@@ -130,6 +131,37 @@ def role_masks(model: nn.Module, roles: RolesLike, concepts: Sequence[str] = COR
         raise DearError(f"layers: {outside[0]} is outside this image tower's layers 1..{tower.layers} (1-based)")
     return layer_masks(_head_roles(model, roles), list(concepts), chosen, tower.heads,
                        internals.image_positions(model))
+
+
+def encode_image(model: nn.Module, images: torch.Tensor, masks: dict[int, torch.Tensor] | None = None,
+                 tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """Image features [B, 1+K, E] (CLS, then each token; projected, not normalized) under per-head masks.
+
+    masks: {1-based layer: [H, T, T]} additive, as `role_masks` builds them; tokens: [K, D] or [B, K, D], your
+    own tokens appended after the patches at the first masked layer (T = 1 + patches + K), after which they
+    evolve through the blocks. Without masks or tokens it is `model.encode_image` ([B, 1, E]). Use it to put
+    the role mask into your own token method; `attribute_tokens` is DeAR's.
+    """
+    from dear.methods import towers
+    from dear.model import internals
+
+    tower = internals.vision_tower(model)
+    masks = dict(masks or {})
+    first = min(masks, default=tower.layers + 1)
+    if masks and not (1 <= first and max(masks) <= tower.layers):
+        raise DearError(f"masks: layers {sorted(masks)} are outside this image tower's layers 1..{tower.layers}")
+    if tokens is not None and not masks:
+        raise DearError("tokens: give the masks of the layers they enter (role_masks), from the first of which "
+                        "they are appended")
+    x = internals.image_tokens(model, images)  # [B, 1+N, D]
+    for block in tower.blocks[: min(first, tower.layers + 1) - 1]:
+        x = internals.block_forward(block, x)
+    if first > tower.layers:
+        return internals.image_embedding(model, x[:, 0])[:, None]
+    added = None if tokens is None else (lambda layer, previous: tokens if tokens.dim() == 3 else tokens[None])
+    rows = towers.run_image(tower, x, first, added, range(first, first + 1) if added else None, append_at=first,
+                            masks={layer: mask.to(x.device) for layer, mask in masks.items()})  # [B, 1+K, D]
+    return internals.image_embedding(model, rows)  # ln_post and projection per row
 
 
 class DeARModel(nn.Module):

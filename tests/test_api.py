@@ -125,3 +125,22 @@ def test_head_roles_settings_errors_name_the_settings_field():
     table = api.head_roles(model, mt.tokenize, images, bank, api.RoleSettings(layers=1))
     assert table.column_names == list(api.ROLE_COLUMNS) and table.num_rows == 4
     assert set(table["layer"].to_pylist()) == {3} and set(table["n_images"].to_pylist()) == {6}
+
+
+def test_encode_image_with_tokens_behind_generalization_masks_is_clip_at_cls():
+    """SPEC §5: a generalization head never reads a token, so with every head one the CLS feature is CLIP's own."""
+    model = tiny_clip()
+    images = torch.randn(3, 3, 32, 32)
+    rows = [{"layer": layer, "head": h, "mask_role": "generalization", "concept": "scene"}
+            for layer in (2, 3) for h in range(4)]
+    masks = api.role_masks(model, rows, layers=[2, 3])
+    tokens = torch.randn(5, 64)
+    features = api.encode_image(model, images, masks, tokens)  # [B, 1 + 5, E]
+    assert features.shape == (3, 6, 32)
+    torch.testing.assert_close(features[:, 0], model.encode_image(images), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(api.encode_image(model, images)[:, 0], model.encode_image(images), rtol=1e-5, atol=1e-5)
+    mixed = api.role_masks(model, [{**row, "mask_role": "mixed"} for row in rows], layers=[2, 3])
+    assert not torch.allclose(api.encode_image(model, images, mixed, tokens)[:, 0], model.encode_image(images),
+                              atol=1e-4)  # mixed heads read the tokens
+    with pytest.raises(DearError, match="outside this image tower's layers 1..3"):
+        api.encode_image(model, images, {4: masks[3]})
