@@ -66,7 +66,7 @@ def _backbone(params, values, method, dataset, classes) -> list[str]:
 
 def _prepare(params, values, method, dataset, classes) -> list[str]:
     return [f"data.{key}" for key in ("source", "root", "seeds", "shots", "val_shots", "verify", "skip_bad",
-                                      "hash_content")]
+                                      "hash_content")] + _under(values, f"data.custom.{dataset}")
 
 
 def _profile(params, values, method, dataset, classes) -> list[str]:
