@@ -42,10 +42,10 @@ def name_problem(name: str) -> str | None:
     silently: such names are refused, as are names the engines cannot put in a path or a stage name.
     """
     if not NAME.fullmatch(name):
-        return (f"data.custom: {name!r} cannot name a dataset (it goes into paths and stage names); use letters, "
+        return (f"{name!r} cannot name a dataset (it goes into paths and stage names); use letters, "
                 "digits, '_', '.' and '-'")
     if name in coop.SPECS or name in recipe_datasets():
-        return (f"data.custom.{name}: {name!r} is a built-in dataset's name, whose recipe values (prompt, per-dataset "
+        return (f"{name!r} is a built-in dataset's name, whose recipe values (prompt, per-dataset "
                 f"settings) it would silently get; give your dataset another name, e.g. my_{name}")
     return None
 
@@ -56,6 +56,33 @@ def recipe_datasets() -> set[str]:
     from dear.methods.recipe import load
 
     return {dataset for entry in REGISTRY.values() for dataset in load(entry.recipe).datasets}
+
+
+def problems(name: str, entry) -> list[str]:
+    """What `dear check` can tell without listing images: the declared path and files exist (one line each)."""
+    key = f"data.custom.{name}"
+    found = []
+    if entry.format == "imagefolder":
+        folders = {"train": "train", "test": "test", **(entry.splits or {})}
+        needed = [entry.path] + [str(Path(entry.path) / folders[split]) for split in ("train", "test")]
+        missing = next((path for path in needed if not Path(path).is_dir()), None)
+        if missing is not None:
+            found.append(f"{key}: {missing}: folder not found; lay the images out as {entry.path}/train/<class>/ and "
+                         f"{entry.path}/test/<class>/ ({DOCS}), or fix {key}.path")
+    elif entry.format == "csv" and entry.splits:
+        missing = next((str(Path(entry.path) / file) for file in entry.splits.values()
+                        if not (Path(entry.path) / file).is_file()), None)
+        if missing is not None:
+            found.append(f"{key}.splits: {missing}: file not found; fix {key}.path or {key}.splits")
+    elif not Path(entry.path).is_file():
+        found.append(f"{key}.path: {entry.path}: file not found; point it to the dataset's "
+                     f"{'CSV' if entry.format == 'csv' else 'split JSON'} file")
+    for field in ("classnames", "base_classes"):
+        value = getattr(entry, field)
+        if isinstance(value, str) and not Path(value).is_file():
+            found.append(f"{key}.{field}: {value}: file not found; fix the path, or give a "
+                         f"{'mapping' if field == 'classnames' else 'list'} in place")
+    return found
 
 
 def spec(name: str, entry) -> coop.DatasetSpec:
