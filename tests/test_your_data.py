@@ -73,7 +73,7 @@ def test_the_page_runs_to_a_report_with_every_method(engine, request):
     results = (root / "report/results.md").read_text()
     for method in config["study"]["methods"]:
         assert (root / f"runs/{method}/shapes/eval/seed1/eval.parquet").is_file()
-        assert re.search(rf"\|\s*`?{method}`?\s*\|", results), method
+        assert re.search(rf"\n\| {method} \| \**\d+\.\d+\**? \| \**\d+\.\d+", results), method  # base and novel
     assert "shapes" in results
 
 
