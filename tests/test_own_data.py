@@ -216,3 +216,19 @@ def test_custom_listing_checks_cost_no_images(in_tmp):
     listing = custom.read("mine", load_params(params_file(in_tmp)).data.custom["mine"])
     assert len(listing.paths) == 9 * len(CLASSES) and listing.base is None
     assert np.array_equal(np.unique(listing.labels), np.arange(len(CLASSES)))
+
+
+def test_the_layout_benchmark_prepares_the_same_files_both_ways(tmp_path, capsys):
+    import sys
+    import types
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import prepare_scale
+
+    args = types.SimpleNamespace(files=120, classes=6, seeds=[1], workers=1, dir=tmp_path / "bench", keep=True)
+    prepare_scale.compare_layouts(args)
+    printed = capsys.readouterr().out
+    assert "ratio ImageFolder / JSON:" in printed and printed.count("120 rows") == 2
+    manifests = [read_manifest(tmp_path / "bench/out" / name) for name in ("world_objects", "mine")]
+    assert sorted(name.replace("_", " ") for name in manifests[0]["classname"].to_pylist()) == \
+        sorted(manifests[1]["classname"].to_pylist())  # folder names are read with "_" as a space
