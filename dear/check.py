@@ -172,6 +172,27 @@ def data_folders(params, params_file: str) -> list[str]:
     return found
 
 
+def shifted_classes(params, params_file: str) -> list[str]:
+    """A domain-generalisation target of one's own holds the source's classes (its names, via `classnames`)."""
+    transfer = params.study.transfer_on
+    if transfer is None:
+        return []
+    from dear.data.names import all_names
+
+    found = []
+    for target in (name for name in transfer.domain_generalization if name in params.data.custom):
+        source, names = all_names(params, transfer.source), all_names(params, target)
+        if source is None or names is None:
+            continue  # not readable here: `prepare` says why
+        foreign = [name for name in names if name not in source]
+        if foreign:
+            found.append(f"data.custom.{target}: class {foreign[0]!r} ({len(foreign)} such) is not a class of the "
+                         f"source {transfer.source}, but a domain-generalisation target holds the source's classes; "
+                         f"map each class to one of {transfer.source}'s names in data.custom.{target}.classnames "
+                         "(e.g. {folder: source class name}), or list it under study.transfer.cross_dataset")
+    return found
+
+
 def split_size(params: Params, dataset: str, split: str) -> int | None:
     """Images in one split of a dataset when that is cheap to know (world params, CoOp split JSON), else None."""
     if params.data.source == "embedded":
@@ -384,6 +405,7 @@ CHECKS: tuple[Check, ...] = (
     Check(datasets_used, ("data", "study", "profile"), "the datasets the study and the profile use"),
     Check(study_runs, ("study",), "the study's protocols"),
     Check(data_folders, ("data",), "the data folders", "machine"),
+    Check(shifted_classes, ("data", "study", "world"), "the classes of domain-generalisation targets", "machine"),
     Check(world, ("data", "model", "backbone", "world"), "the world", stages=("world", "backbone")),
     Check(model, ("model", "world"), "model.arch", stages=("backbone",)),
     Check(weights_file, ("model",), "model.pretrained", "machine", stages=("backbone",)),

@@ -232,3 +232,23 @@ def test_the_layout_benchmark_prepares_the_same_files_both_ways(tmp_path, capsys
     manifests = [read_manifest(tmp_path / "bench/out" / name) for name in ("world_objects", "mine")]
     assert sorted(name.replace("_", " ") for name in manifests[0]["classname"].to_pylist()) == \
         sorted(manifests[1]["classname"].to_pylist())  # folder names are read with "_" as a space
+
+
+def test_a_domain_shift_target_of_ones_own_maps_its_classes_to_the_sources(in_tmp):
+    shutil.copytree(in_tmp / "mine", in_tmp / "sketch")
+    for split in ("train", "test"):
+        (in_tmp / f"sketch/{split}/red").rename(in_tmp / f"sketch/{split}/rouge")
+    transfer = "study.transfer={source: mine, cross_dataset: [], domain_generalization: [sketch]}"
+    base = ["check", "--params", str(params_file(in_tmp)), "--set", "data.datasets=[mine, sketch]", "--set", transfer]
+    unmapped = CliRunner().invoke(app, [*base, "--set", "data.custom.sketch={format: imagefolder, path: sketch}"])
+    assert unmapped.exit_code == 1
+    assert "data.custom.sketch: class 'rouge' (1 such) is not a class of the source mine" in unmapped.output
+    mapped = CliRunner().invoke(app, [*base, "--set",
+                                      "data.custom.sketch={format: imagefolder, path: sketch, classnames: {rouge: red}}"])
+    assert mapped.exit_code == 0, mapped.output
+
+
+@pytest.mark.parametrize("name", ["my data", "shapes/8", "{x}", ".hidden"])
+def test_a_name_that_cannot_be_a_path_or_stage_is_refused(tmp_path, name):
+    with pytest.raises(DearError, match="cannot name a dataset"):
+        load_params(params_file(tmp_path, **{name: FOLDER}))

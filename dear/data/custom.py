@@ -31,7 +31,7 @@ from dear.errors import DearError
 
 P_VAL = 0.2  # Dassl's split_trainval default
 DOCS = "docs/your-data.md"
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 TRAIN, VAL, TEST = (SPLITS.index(split) for split in ("train", "val", "test"))
 
 
@@ -43,7 +43,7 @@ def name_problem(name: str) -> str | None:
     """
     if not NAME.fullmatch(name):
         return (f"{name!r} cannot name a dataset (it goes into paths and stage names); use letters, "
-                "digits, '_', '.' and '-'")
+                "digits, '_' and '-'")
     if name in coop.SPECS or name in recipe_datasets():
         return (f"{name!r} is a built-in dataset's name, whose recipe values (prompt, per-dataset "
                 f"settings) it would silently get; give your dataset another name, e.g. my_{name}")

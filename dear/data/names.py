@@ -17,17 +17,32 @@ from dear.errors import DearError
 
 def base_names(params, dataset: str) -> list[str] | None:
     """The names of `dataset`'s base classes in label order (None: not known without preparing it)."""
+    found = _names(params, dataset)
+    if found is None:
+        return None
+    names, base = found
+    base = base if base is not None else _first_half(len(names))
+    return [name for name, is_base in zip(names, base) if is_base]
+
+
+def all_names(params, dataset: str) -> list[str] | None:
+    """The names of every class of `dataset` in label order (None: not known without preparing it)."""
+    found = _names(params, dataset)
+    return found[0] if found is not None else None
+
+
+def _names(params, dataset: str):
+    """(class names in label order, base mask or None) of `dataset`, or None."""
     try:
         if dataset in params.data.custom:
             from dear.data import custom
 
             listing = custom.read(dataset, params.data.custom[dataset])
-            base = listing.base if listing.base is not None else _first_half(len(listing.classnames))
-            return [name for name, is_base in zip(listing.classnames, base) if is_base]
+            return listing.classnames, listing.base
         names = _world(params, dataset) if params.data.source == "embedded" else _coop(params, dataset)
     except (DearError, OSError, ValueError, KeyError, TypeError, IndexError):
         return None
-    return names[:len(_first_half(len(names)))] if names else None
+    return (names, None) if names else None
 
 
 def _first_half(n: int) -> list[bool]:
