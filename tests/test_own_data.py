@@ -252,3 +252,16 @@ def test_a_domain_shift_target_of_ones_own_maps_its_classes_to_the_sources(in_tm
 def test_a_name_that_cannot_be_a_path_or_stage_is_refused(tmp_path, name):
     with pytest.raises(DearError, match="cannot name a dataset"):
         load_params(params_file(tmp_path, **{name: FOLDER}))
+
+
+def test_one_csv_file_per_split_gives_the_same_manifest(in_tmp):
+    lines = (in_tmp / "mine/images.csv").read_text().splitlines()
+    for split in ("train", "test"):
+        rows = [line.rsplit(",", 1)[0] for line in lines[1:] if line.endswith("," + split)]
+        (in_tmp / f"mine/{split}.csv").write_text("path,classname\n" + "\n".join(rows) + "\n")
+    declared = {"mine": FOLDER, "mine_split": {"format": "csv", "path": "mine",
+                                               "splits": {"train": "train.csv", "test": "test.csv"}}}
+    ok(prepare(in_tmp, "mine", **declared))
+    ok(prepare(in_tmp, "mine_split", **declared))
+    for ours, theirs in zip(tables(in_tmp / "data/mine"), tables(in_tmp / "data/mine_split")):
+        assert ours.equals(theirs)
