@@ -156,7 +156,8 @@ def study_runs(params, params_file: str) -> list[str]:
 def data_folders(params, params_file: str) -> list[str]:
     """CoOp datasets on this machine: root, folders, split files and image folders exist (no image is listed)."""
     cfg = params.data
-    found = [line for name in cfg.datasets if name in cfg.custom for line in custom_data.problems(name, cfg.custom[name])]
+    found = [line for name in cfg.datasets if name in cfg.custom
+             for line in custom_data.problems(name, cfg.custom[name])]
     if cfg.source == "embedded" or all(name in cfg.custom for name in cfg.datasets):
         return found
     root = Path(cfg.root)

@@ -243,8 +243,8 @@ def test_a_domain_shift_target_of_ones_own_maps_its_classes_to_the_sources(in_tm
     unmapped = CliRunner().invoke(app, [*base, "--set", "data.custom.sketch={format: imagefolder, path: sketch}"])
     assert unmapped.exit_code == 1
     assert "data.custom.sketch: class 'rouge' (1 such) is not a class of the source mine" in unmapped.output
-    mapped = CliRunner().invoke(app, [*base, "--set",
-                                      "data.custom.sketch={format: imagefolder, path: sketch, classnames: {rouge: red}}"])
+    declared = "data.custom.sketch={format: imagefolder, path: sketch, classnames: {rouge: red}}"
+    mapped = CliRunner().invoke(app, [*base, "--set", declared])
     assert mapped.exit_code == 0, mapped.output
 
 

@@ -25,7 +25,8 @@ class Found:
     splits: list[str]           # [N] train | val | test
     source: Path                # the folder or file that defines the dataset (recorded in provenance)
     order: list[str] | None = None  # class keys in label order where the format numbers classes; None: sorted keys
-    names: dict[str, str] | None = None  # numbered classes: label -> the name the format gives (may be empty); None: keys are names
+    names: dict[str, str] | None = None  # numbered classes: label -> the format's name (may be empty);
+    #                                      None: the keys are the names
     rows: list[str] | None = None  # [N] where each image is declared ("file:line"); None: its path says it
 
 

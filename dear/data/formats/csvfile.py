@@ -40,7 +40,7 @@ def read(name: str, entry) -> Found:
     if len(labelled) > 1:
         raise DearError(f"{files[0][0]}: some files name classes by `label` and others by `classname`; use one")
     if labelled == {"label"}:
-        _named_labels(found, entry, key)
+        _numbered(found)
     return found
 
 
@@ -56,8 +56,9 @@ def _read_file(file: str, split: str | None, found: Found, key: str) -> str:
         wanted = ["path", class_column or "label or classname"] + ([] if split else ["split"])
         absent = [column for column in wanted if column not in columns]
         if absent:
+            header = "path, label or classname" + ("" if split else ", split")
             raise DearError(f"{file}: no column {absent[0]!r} in the header ({', '.join(columns) or 'empty'}); "
-                            f"the first row names the columns: path, label or classname{', split' if not split else ''}")
+                            f"the first row names the columns: {header}")
         for line, row in enumerate(reader, start=2):
             where = f"{file}:{line}"
             image, value = (row.get("path") or "").strip(), (row.get(class_column) or "").strip()
@@ -66,7 +67,7 @@ def _read_file(file: str, split: str | None, found: Found, key: str) -> str:
             row_split = split or (row.get("split") or "").strip()
             if row_split not in SPLITS:
                 raise DearError(f"{where}: split {row_split!r} is not one of train, val, test; fix the row")
-            if class_column == "label" and not _is_label(value):
+            if class_column == "label" and not value.isdigit():
                 raise DearError(f"{where}: label {value!r} is not a whole number >= 0; use 0..n-1, or a "
                                 "classname column")
             image_path = os.path.normpath(os.path.join(folder, image))
@@ -80,11 +81,7 @@ def _read_file(file: str, split: str | None, found: Found, key: str) -> str:
     return class_column
 
 
-def _is_label(value: str) -> bool:
-    return value.isdigit()
-
-
-def _named_labels(found: Found, entry, key: str) -> None:
+def _numbered(found: Found) -> None:
     """Integer labels are the class order 0..n-1; `dear.data.custom` checks each has a name in `classnames`."""
     labels = sorted({int(k) for k in found.keys})
     found.order = [str(label) for label in range(labels[-1] + 1)] if labels else []
