@@ -122,6 +122,16 @@ class CustomDataset(Section):
             raise ValueError(f"unknown format {value!r}; use one of {', '.join(READERS)}")
         return value
 
+    @model_validator(mode="after")
+    def _keys_of_its_format(self) -> "CustomDataset":
+        """A key the format does not read would be ignored silently: refused instead."""
+        unread = {"images": self.format != "coop-json", "splits": self.format == "coop-json"}
+        for key, ignored in unread.items():
+            if ignored and getattr(self, key) is not None:
+                raise ValueError(f"format {self.format} does not read '{key}'; remove it"
+                                 + (" (its split file names the splits)" if key == "splits" else ""))
+        return self
+
     @field_validator("template")
     @classmethod
     def _one_slot(cls, value: str | None) -> str | None:

@@ -4,6 +4,7 @@ names and templates, and that no built-in dataset's recipe is got by naming."""
 from __future__ import annotations
 
 import json
+import re
 import random
 import shutil
 from pathlib import Path
@@ -265,3 +266,12 @@ def test_one_csv_file_per_split_gives_the_same_manifest(in_tmp):
     ok(prepare(in_tmp, "mine_split", **declared))
     for ours, theirs in zip(tables(in_tmp / "data/mine"), tables(in_tmp / "data/mine_split")):
         assert ours.equals(theirs)
+
+
+@pytest.mark.parametrize("extra, words", [({"images": "mine"}, "does not read 'images'"),
+                                          ({"format": "coop-json", "path": "x.json", "splits": {"test": "t"}},
+                                           "does not read 'splits'"),
+                                          ({"template": "a photo."}, "must hold {} once")])
+def test_a_key_its_format_ignores_or_a_template_without_a_slot_is_refused(tmp_path, extra, words):
+    with pytest.raises(DearError, match=re.escape(words)):
+        load_params(params_file(tmp_path, mine={**FOLDER, **extra}))
