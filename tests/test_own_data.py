@@ -107,11 +107,12 @@ def test_the_carved_validation_split_is_dasslss_and_few_shot_picks_follow_it(in_
     assert [row["path"] for row in picks] == expect
 
 
-def test_a_val_folder_is_used_as_given(in_tmp):
-    shutil.copytree(in_tmp / "mine/test", in_tmp / "mine/val")
+@pytest.mark.parametrize("folder", ["val", "validation"])
+def test_a_val_folder_is_used_as_given(in_tmp, folder):
+    shutil.copytree(in_tmp / "mine/test", in_tmp / f"mine/{folder}")
     ok(prepare(in_tmp))
     manifest = read_manifest(in_tmp / "data/mine").to_pylist()
-    assert all("/val/" in row["path"] for row in manifest if row["split"] == "val")
+    assert all(f"/{folder}/" in row["path"] for row in manifest if row["split"] == "val")
     assert [row["path"] for row in manifest if row["split"] == "train"] == \
         sorted(row["path"] for row in manifest if row["split"] == "train")
 

@@ -1,7 +1,7 @@
 """`format: imagefolder`: torchvision's ImageFolder layout, one folder per split.
 
-`<path>/train/<class>/**/<image>`, optional `val/` and `test/` beside it
-(`splits` renames them). As torchvision's `ImageFolder`: a class is a
+`<path>/train/<class>/**/<image>`, optional `val/` (or Hugging Face's
+`validation/`, `valid/`) and `test/` beside it (`splits` renames them). As torchvision's `ImageFolder`: a class is a
 sub-folder, classes are sorted by folder name, images are the files with an
 image extension, found recursively in sorted order; hidden entries (".name")
 are skipped. Files of other extensions are skipped with a warning (torchvision
@@ -24,6 +24,7 @@ log = logging.getLogger("dear.prepare")
 # torchvision.datasets.folder.IMG_EXTENSIONS
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 DEFAULT_SPLITS = {"train": "train", "val": "val", "test": "test"}
+VAL_NAMES = ("val", "validation", "valid")  # without `splits.val`, the first of these that exists is the val split
 
 
 def read(name: str, entry) -> Found:
@@ -32,7 +33,7 @@ def read(name: str, entry) -> Found:
     if not os.path.isdir(root):
         raise DearError(f"{root}: {key}.path: folder not found; point it to the folder holding train/ and test/ "
                         "(docs/your-data.md)")
-    folders = {**DEFAULT_SPLITS, **(entry.splits or {})}
+    folders = {**DEFAULT_SPLITS, **_validation_folder(root), **(entry.splits or {})}
     for split in ("train", "test"):
         if not os.path.isdir(os.path.join(root, folders[split])):
             raise DearError(_missing(root, split, folders[split], key))
@@ -66,6 +67,12 @@ def read(name: str, entry) -> Found:
         log.warning("%s: skipped %d file(s) that are hidden or not images (torchvision's ImageFolder skips them too), "
                     "e.g. %s", name, len(skipped), skipped[0])
     return found
+
+
+def _validation_folder(root: str) -> dict[str, str]:
+    """Hugging Face's imagefolder also names the validation split `validation/` or `valid/`: take the first there."""
+    found = next((name for name in VAL_NAMES if os.path.isdir(os.path.join(root, name))), None)
+    return {"val": found} if found else {}
 
 
 def _missing(root: str, split: str, folder: str, key: str) -> str:
