@@ -230,6 +230,10 @@ class Compute(Section):
     precision: Literal["bf16", "fp32"] = Field(
         description="bf16 autocast on CUDA where the stage allows it (not profile); CPU runs fp32")
     workers: int = Field(ge=0, description="image loading processes (0 = in the stage's own process)")
+    reproducible: bool = Field(
+        description="the same floats on every x86-64 CPU (AVX2 or newer): the stage caps torch's CPU kernels at "
+                    "AVX2 (ATen, MKL's CNR, oneDNN off) and turns on deterministic algorithms (on CUDA too); "
+                    "false: the machine's fastest kernels, numbers that move with the CPU (docs/compute.md)")
 
 
 # --- train / fusion: the methods' recipes and DeAR's fusion ----------------------------
@@ -419,6 +423,15 @@ class Params(Section):
         templates = {name: entry.template for name, entry in self.data.custom.items() if entry.template is not None}
         if templates:
             self.train._templates = templates
+        return self
+
+    @model_validator(mode="after")
+    def _reproducible_backbone(self) -> "Params":
+        """bf16 CPU kernels differ per instruction set (AMX, AVX512-BF16, AVX2): no same floats everywhere."""
+        if self.compute.reproducible and self.model.pretrained == "embedded" and self.backbone.precision == "bf16":
+            raise ValueError("backbone.precision: bf16 pretraining on the CPU gives other weights on every kind of CPU, "
+                             "but compute.reproducible is true; set backbone.precision: fp32 (or compute.reproducible: "
+                             "false to keep bf16)")
         return self
 
     @model_validator(mode="after")
