@@ -36,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 from dear import strict_yaml
 from dear.cpus import available as available_cpus
 from dear.data import coop
+from dear.data import custom as custom_data
 from dear.data import world as world_data
 from dear.errors import DearError, Problems
 from dear.methods.layers import resolve as resolve_layers
@@ -128,8 +129,9 @@ def stage_problems(params: Params, stage: str, params_file: str = "params.yaml")
 def dataset_names(params, params_file: str) -> list[str]:
     """Every dataset of data.datasets is one this pipeline knows, and (embedded) one `dear world` draws."""
     cfg = params.data
-    found = [f"data.datasets: unknown dataset {name!r}; fix its name (known: {', '.join(sorted(coop.SPECS))}) or "
-             "remove it" for name in cfg.datasets if name not in coop.SPECS]
+    found = [f"data.datasets: unknown dataset {name!r}; fix its name (known: {', '.join(sorted(coop.SPECS))}), "
+             f"declare a dataset of your own under data.custom.{name} (format, path: docs/your-data.md), or remove it"
+             for name in cfg.datasets if name not in coop.SPECS and name not in cfg.custom]
     if cfg.source == "embedded":
         made = set(world_data.dataset_names(params.world))
         attribute = {f"world_{name}": name for name in ("colors", "textures", "shapes", "positions")}
@@ -155,19 +157,41 @@ def study_runs(params, params_file: str) -> list[str]:
 def data_folders(params, params_file: str) -> list[str]:
     """CoOp datasets on this machine: root, folders, split files and image folders exist (no image is listed)."""
     cfg = params.data
-    if cfg.source == "embedded":
-        return []
+    found = [line for name in cfg.datasets if name in cfg.custom
+             for line in custom_data.problems(name, cfg.custom[name])]
+    if cfg.source == "embedded" or all(name in cfg.custom for name in cfg.datasets):
+        return found
     root = Path(cfg.root)
     if not root.is_dir():
-        return [f"data.root: {root} not found (in {params_file}); set data.root to the folder holding your "
-                "CoOp-layout datasets, or use data.source: embedded for the packaged emoji world"]
-    found = []
+        return found + [f"data.root: {root} not found (in {params_file}); set data.root to the folder holding your "
+                        "CoOp-layout datasets, or use data.source: embedded for the packaged emoji world"]
     for spec in (coop.SPECS[name] for name in cfg.datasets if name in coop.SPECS):
         needed = [spec.dataset_dir(root), spec.dataset_dir(root) / spec.split_file, spec.image_root(root)]
         missing = next((path for path in needed if not path.exists()), None)
         if missing is not None:
             found.append(f"{missing}: not found (data.datasets: {spec.folder}); {spec.howto}, or remove "
                          f"{spec.folder} from data.datasets and the study")
+    return found
+
+
+def shifted_classes(params, params_file: str) -> list[str]:
+    """A domain-generalisation target of one's own holds the source's classes (its names, via `classnames`)."""
+    transfer = params.study.transfer_on
+    if transfer is None:
+        return []
+    from dear.data.names import all_names
+
+    found = []
+    for target in (name for name in transfer.domain_generalization if name in params.data.custom):
+        source, names = all_names(params, transfer.source), all_names(params, target)
+        if source is None or names is None:
+            continue  # not readable here: `prepare` says why
+        foreign = [name for name in names if name not in source]
+        if foreign:
+            found.append(f"data.custom.{target}: class {foreign[0]!r} ({len(foreign)} such) is not a class of the "
+                         f"source {transfer.source}, but a domain-generalisation target holds the source's classes; "
+                         f"map each class to one of {transfer.source}'s names in data.custom.{target}.classnames "
+                         "(e.g. {folder: source class name}), or list it under study.transfer.cross_dataset")
     return found
 
 
@@ -398,6 +422,7 @@ CHECKS: tuple[Check, ...] = (
     Check(datasets_used, ("data", "study", "profile"), "the datasets the study and the profile use"),
     Check(study_runs, ("study",), "the study's protocols"),
     Check(data_folders, ("data",), "the data folders", "machine"),
+    Check(shifted_classes, ("data", "study", "world"), "the classes of domain-generalisation targets", "machine"),
     Check(world, ("data", "model", "backbone", "world"), "the world", stages=("world", "backbone")),
     Check(model, ("model", "world"), "model.arch", stages=("backbone",)),
     Check(weights_file, ("model",), "model.pretrained", "machine", stages=("backbone",)),
@@ -413,7 +438,8 @@ CHECKS: tuple[Check, ...] = (
 
 def warnings(params: Params, params_file: str) -> list[str]:
     """Fewer training images than data.shots in a class; more worker processes than this machine's CPUs."""
-    found = []
+    found = [f"data.custom.{name}: declared but data.datasets does not list it, so it is not prepared; add it there "
+             "to use it" for name in params.data.custom if name not in params.data.datasets]
     trained_on = dict.fromkeys(dataset for _, dataset, _ in training_jobs(params))  # targets draw no shots
     for name in trained_on:
         fewest = _fewest_train_images(params, name)

@@ -23,7 +23,7 @@ import click
 import typer
 import typer.core
 
-from dear import cpus, status, stops, supervise
+from dear import cpus, reproducible, status, stops, supervise
 from dear.check import check_file, stage_problems
 from dear.check import warnings as check_warnings
 from dear.errors import DearError
@@ -106,11 +106,13 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         status.update(stage=name)
         use_params(params)  # messages name the file the user passed, not params.yaml
         loaded = load_params(params, sets or ())
+        reproducible.apply(loaded.compute.reproducible)  # before torch loads: the libraries read the caps once
         io.record_overrides(parse_overrides(sets or ()))
         stage_problems(loaded, name, str(params))  # every problem of this stage's params, before torch loads
         io.record_job(job_record(name, loaded, inputs))
         runs = seed_runs(inputs, outputs, seeds, loaded.data.seeds)
         stage = _import_stage(name)
+        reproducible.configure_torch(loaded.compute.reproducible)
         cpus.apply(cpus.budget(loaded, name, _state.get("threads")), name)
         from dear.io import check_outputs
 
@@ -146,6 +148,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         io.record_job({})
         use_params(DEFAULT_PATH)
         cpus.release()
+        reproducible.release()
 
 
 def job_record(stage: str, params, inputs: dict) -> dict:

@@ -13,6 +13,7 @@ hash (`dear.jobs.CODE`).
 Left out on purpose, as they never change an output: workers, checkpoint spacing
 (`train.checkpoint_every`), the default method of `dear train` (`train.method`),
 `evaluate.reuse_mb`, `data.max_listed`, `model.cache_dir` (where, not what).
+`compute.reproducible` is read wherever `compute.device` is: it picks the kernels, so the floats.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _world(params, values, method, dataset, classes) -> list[str]:
 
 
 def _backbone(params, values, method, dataset, classes) -> list[str]:
-    keys = ["model.arch", "model.pretrained", "compute.device", "compute.precision"]
+    keys = ["model.arch", "model.pretrained", "compute.device", "compute.precision", "compute.reproducible"]
     if params.model.pretrained == "embedded":  # trained here: on the world's corpus
         keys += [key for key in _under(values, "backbone") if not key.startswith("backbone.sanity")
                  and key != "backbone.eval_batch_size"] + _under(values, "world")
@@ -66,12 +67,12 @@ def _backbone(params, values, method, dataset, classes) -> list[str]:
 
 def _prepare(params, values, method, dataset, classes) -> list[str]:
     return [f"data.{key}" for key in ("source", "root", "seeds", "shots", "val_shots", "verify", "skip_bad",
-                                      "hash_content")]
+                                      "hash_content")] + _under(values, f"data.custom.{dataset}")
 
 
 def _profile(params, values, method, dataset, classes) -> list[str]:
     keys = [key for key in _under(values, "profile") if not key.startswith("profile.ablation")]
-    keys += ["compute.device", "data.source", "profile.ablation.enabled"]
+    keys += ["compute.device", "compute.reproducible", "data.source", "profile.ablation.enabled"]
     ablation = params.profile.ablation.enabled and params.data.source == "embedded"
     if ablation:
         keys += ["data.root", *_under(values, "profile.ablation")]
@@ -82,10 +83,10 @@ def _profile(params, values, method, dataset, classes) -> list[str]:
 
 def _train(params, values, method, dataset, classes) -> list[str]:
     recipe = params.train.recipe(method, dataset, "transfer" if classes == "all" else "base_to_novel")
-    return ["data.seeds", "compute.device", *recipe.keys_read]
+    return ["data.seeds", "compute.device", "compute.reproducible", *recipe.keys_read]
 
 
-SCORING = ["data.seeds", "compute.device", "evaluate.batch_size"]  # fuse and evaluate (transform, precision: the model's)
+SCORING = ["data.seeds", "compute.device", "compute.reproducible", "evaluate.batch_size"]  # fuse and evaluate (transform, precision: the model's)
 
 
 def _fuse(params, values, method, dataset, classes) -> list[str]:

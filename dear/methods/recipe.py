@@ -243,10 +243,12 @@ class Recipe:
         return cls(data["method"], data["recipe"], data["dataset"], data["protocol"], settings)
 
 
-def resolve(recipes: dict, method: str, dataset: str, protocol: str) -> Recipe:
+def resolve(recipes: dict, method: str, dataset: str, protocol: str, template: str | None = None) -> Recipe:
     """The recipe of `method` trained on `dataset` (`protocol`: base_to_novel | transfer).
 
-    `recipes` is the config's `train.recipes` mapping (already checked by `problems`).
+    `recipes` is the config's `train.recipes` mapping (already checked by `problems`). `template` is the
+    prompt a dataset of one's own declares (`data.custom.<dataset>.template`): it replaces the recipe's own
+    template, and any `train.recipes` key still overrides it.
     """
     from dear.methods import entry
 
@@ -259,6 +261,11 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str) -> Recipe:
             settings[key] = Setting(value, layer.source, layer.kind)
     authors = {key: s for key, s in settings.items()}
     read = []
+    if template is not None and "template" in spec.keys:
+        read.append(f"data.custom.{dataset}.template")
+        known = authors["template"]
+        replaced = known.value if known.kind != "ours" and known.value != template else NOT_SET
+        settings["template"] = Setting(template, read[-1], "ours", replaced)
     for where, block in _override_blocks(recipes, spec.name, dataset, protocol):
         for key, value in block.items():
             if key not in spec.keys:

@@ -19,7 +19,7 @@ from dear.methods.layers import resolve as resolve_layers
 from dear.methods.recipe import Recipe, load
 from dear.params import Params
 
-EXAMPLES = ["golden_retriever", "sea_lion"]  # when the dataset is not prepared yet
+EXAMPLES = ["golden_retriever", "sea_lion"]  # when the dataset's classes cannot be read (not on this machine)
 
 
 def jobs(params: Params, method: str | None, dataset: str | None, protocol: str | None) -> list[Recipe]:
@@ -38,15 +38,21 @@ def jobs(params: Params, method: str | None, dataset: str | None, protocol: str 
 
 
 def example_classes(params: Params, dataset: str) -> tuple[list[str], bool]:
-    """Two class names of `dataset` (its first base classes when prepared), and whether they are its own."""
+    """Two of `dataset`'s own base classes, and whether they are its own (else two example names).
+
+    From its manifest when prepared, else from what defines its classes (`dear.data.names`).
+    """
     manifest = Path(params.output_root) / "data" / dataset / "manifest.parquet"
     if manifest.is_file():
         import pyarrow.parquet as pq
 
-        table = pq.read_table(manifest, columns=["label", "classname"])
-        names = dict(sorted(zip(table["label"].to_pylist(), table["classname"].to_pylist())))
+        table = pq.read_table(manifest, columns=["subset", "subset_label", "classname"]).to_pylist()
+        names = dict(sorted((row["subset_label"], row["classname"]) for row in table if row["subset"] == "base"))
         return [names[k] for k in sorted(names)[:2]], True
-    return EXAMPLES, False
+    from dear.data.names import base_names
+
+    names = base_names(params, dataset)
+    return (names[:2], True) if names else (EXAMPLES, False)
 
 
 def resolved_layers(params: Params, recipe: Recipe) -> list[Resolved]:
