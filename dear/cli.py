@@ -529,6 +529,31 @@ def _one_line_errors():
 
 
 @app.command()
+def predict(
+    model: Path = typer.Option(..., help="model.pt of `dear train` (any method)"),
+    images: Path = typer.Option(..., help="a folder of images (searched below), an image, or a text file of paths"),
+    out: Path = typer.Option(..., help="output folder: predictions.parquet and predictions.csv"),
+    class_list: Optional[Path] = typer.Option(
+        None, "--class-list", help="text file of class names to choose from, one per line (may hold classes never "
+                                   "trained on); default: the classes the model was trained on"),
+    top_k: int = typer.Option(5, "--top-k", help="classes (and probabilities) per image"),
+    backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
+    roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
+    fusion: Optional[Path] = typer.Option(None, help="fusion.json of `dear fuse` (default: the trained alpha)"),
+    params: Path = ParamsOption,
+    log: Optional[Path] = LogOption,
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """Label new images: the top-k classes of each.
+
+    Unreadable images are listed with their error; it fails only when none can be read.
+    """
+    _run_stage("predict", params, overrides, log, inputs=dict(model=model, backbone=backbone, images=images, roles=roles,
+                                                   fusion=fusion, class_list=class_list, top_k=top_k),
+               outputs=dict(folder=out))
+
+
+@app.command()
 def check(
     params: Path = ParamsOption,
     overrides: Optional[List[str]] = SetOption,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dear.params import Params
+from dear.params import Params, sanity_on
 
 
 def flat(params: Params) -> dict[str, Any]:
@@ -60,14 +60,14 @@ def _backbone(params, values, method, dataset, classes) -> list[str]:
         keys += [key for key in _under(values, "backbone") if not key.startswith("backbone.sanity")
                  and key != "backbone.eval_batch_size"] + _under(values, "world")
     keys.append("backbone.sanity.enabled")
-    if params.backbone.sanity.enabled:
+    if sanity_on(params):
         keys += ["backbone.sanity.max_images_per_set", "backbone.eval_batch_size", *_under(values, "world")]
     return keys
 
 
 def _prepare(params, values, method, dataset, classes) -> list[str]:
     return [f"data.{key}" for key in ("source", "root", "seeds", "shots", "val_shots", "verify", "skip_bad",
-                                      "hash_content")]
+                                      "hash_content")] + _under(values, f"data.custom.{dataset}")
 
 
 def _profile(params, values, method, dataset, classes) -> list[str]:
@@ -104,9 +104,13 @@ def _evaluate(params, values, method, dataset, classes) -> list[str]:
     return keys
 
 
+def _predict(params, values, method, dataset, classes) -> list[str]:
+    return ["compute.device", "evaluate.batch_size", "fusion.novel"]
+
+
 def _report(params, values, method, dataset, classes) -> list[str]:
     return ["data.seeds", *_under(values, "report")]
 
 
 STAGES = {"world": _world, "backbone": _backbone, "prepare": _prepare, "profile": _profile, "train": _train,
-          "fuse": _fuse, "evaluate": _evaluate, "report": _report}
+          "fuse": _fuse, "evaluate": _evaluate, "report": _report, "predict": _predict}
