@@ -88,6 +88,9 @@ def machines(a: dict, b: dict) -> list[str]:
     if not ma or not mb:
         return ["- a run's record does not say which CPU kernels made it (made before the record kept them)"]
     lines = []
+    if ma["vendor"] != mb["vendor"]:
+        lines.append(f"- **CPU makers**: {_list(ma['vendor'])} → {_list(mb['vendor'])} (MKL's reproducible branch is "
+                     "promised on Intel CPUs only: the numbers may move)")
     if ma["cpu_flags"] != mb["cpu_flags"]:
         same_kernels = ma["kernels"] == mb["kernels"] and ma["reproducible"] == mb["reproducible"] == [True]
         lines.append(f"- **the runs were made on CPUs with different instruction sets** ({_list(ma['cpu_flags'])} → "
@@ -102,7 +105,7 @@ def machines(a: dict, b: dict) -> list[str]:
         lines.append(f"- **torch builds** (BLAS, oneDNN): {_list(ma['builds'])} → {_list(mb['builds'])}")
     if ma["cuda"] != mb["cuda"]:
         lines.append(f"- **GPU**: {_list(ma['cuda']) or 'none'} → {_list(mb['cuda']) or 'none'}")
-    return lines or ["- the same: instruction sets, kernels, caps and torch builds"]
+    return lines or ["- the same: CPU maker, instruction sets, kernels, caps and torch builds"]
 
 
 def _machine(records: list[dict]) -> dict[str, list[str]]:
@@ -111,6 +114,7 @@ def _machine(records: list[dict]) -> dict[str, list[str]]:
         return {}
     aspects = {
         "reproducible": lambda r: r.get("reproducible"),
+        "vendor": lambda r: r.get("cpu_vendor") or None,
         "cpu_flags": lambda r: " ".join(r.get("cpu_flags", [])),
         "kernels": lambda r: ", ".join([f"ATen {r['aten_capability']}",
                                         f"oneDNN {'on' if r.get('mkldnn_enabled') else 'off'}",

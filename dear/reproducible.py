@@ -114,6 +114,9 @@ def configure_torch(on: bool) -> None:
     _state["torch_before"] = (torch.backends.mkldnn.enabled, torch.are_deterministic_algorithms_enabled(),
                               torch.is_deterministic_algorithms_warn_only_enabled(),
                               torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    if not _state.get("late") and torch.backends.cpu.get_cpu_capability() != "AVX2":
+        log.warning("compute.reproducible: this CPU runs ATen's %s kernels, not AVX2 (it lacks AVX2?): its numbers "
+                    "will differ from other CPUs'", torch.backends.cpu.get_cpu_capability())
     torch.backends.mkldnn.enabled = False
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic = True
@@ -122,18 +125,28 @@ def configure_torch(on: bool) -> None:
 
 def cpu_flags() -> list[str]:
     """The CPU's instruction sets among FLAGS (what its fastest kernels would use)."""
+    present = set(_cpuinfo("flags").split())
+    return [flag for flag in FLAGS if flag in present]
+
+
+def cpu_vendor() -> str:
+    """GenuineIntel, AuthenticAMD, ... ('' where /proc/cpuinfo does not say): MKL's CNR promise is Intel's only."""
+    return _cpuinfo("vendor_id")
+
+
+def _cpuinfo(field: str) -> str:
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                present = set(line.split(":", 1)[1].split())
-                return [flag for flag in FLAGS if flag in present]
-    return []
+            if line.split(":", 1)[0].strip() == field:
+                return line.split(":", 1)[1].strip()
+    return ""
 
 
 def in_force() -> dict[str, Any]:
     """What decided this process's floats: the setting, the caps, the kernels torch runs, its builds, threads, GPU."""
     record: dict[str, Any] = {
         "reproducible": _state["setting"],
+        "cpu_vendor": cpu_vendor(),
         "cpu_flags": cpu_flags(),
         "caps": {name: os.environ[name] for name in (*CAPS, *WATCHED) if name in os.environ},
     }

@@ -121,7 +121,7 @@ def test_compare_takes_a_demo_snapshot_as_one_side(project, tmp_path):
     assert write_comparable(project / "runA/report", snapshot) == [snapshot / "evals.parquet", snapshot / "record.json"]
     assert "jobs" not in json.loads((snapshot / "record.json").read_text())
     same = run([str(BIN / "dear"), "compare", str(snapshot), "runA", "--params", "runA.yaml"], project).stdout
-    assert "- **params**: 0 differ" in same and "## Machines\n\n- the same: instruction sets" in same
+    assert "- **params**: 0 differ" in same and "## Machines\n\n- the same: CPU maker, instruction sets" in same
     assert ": 0 moved beyond noise, 0 moved within noise" in same
     moved = run([str(BIN / "dear"), "compare", str(snapshot), "runB", "--params", "runA.yaml"], project).stdout
     assert "  - `backbone.steps`: 60 → 30" in moved and ": 0 moved beyond noise, 0 moved within noise" not in moved

@@ -161,7 +161,7 @@ def test_a_gpu_repeats_itself_and_says_how_far_it_is_from_the_cpu(tmp_path):
 
 
 def _record(flags: list[str], aten: str, on: bool, caps: dict | None = None) -> dict:
-    job = {"reproducible": on, "cpu_flags": flags, "aten_capability": aten, "mkldnn_enabled": not on,
+    job = {"reproducible": on, "cpu_vendor": "GenuineIntel", "cpu_flags": flags, "aten_capability": aten, "mkldnn_enabled": not on,
            "caps": caps if caps is not None else (dict(reproducible.CAPS) if on else {}), "threads": 1,
            "builds": {"torch": "2.14.1", "blas": "MKL 2024.2", "onednn": "oneDNN v3.12.0"}}
     return {"compute": [job, {**job, "threads": 2}]}
@@ -181,8 +181,14 @@ def test_compare_names_cpus_of_other_instruction_sets_before_the_numbers():
     switched = machines(_record(amx, "AVX2", True), _record(amx, "AVX512", False))
     assert switched[0] == "- **compute.reproducible**: true → false" and switched[1].startswith("- **kernels**: ATen AVX2")
     assert machines(_record(amx, "AVX2", True), _record(amx, "AVX2", True)) == [
-        "- the same: instruction sets, kernels, caps and torch builds"]
+        "- the same: CPU maker, instruction sets, kernels, caps and torch builds"]
     assert machines({}, _record(amx, "AVX2", True))[0].startswith("- a run's record does not say")
+    amd = _record(avx2, "AVX2", True)
+    for job in amd["compute"]:
+        job["cpu_vendor"] = "AuthenticAMD"
+    assert machines(_record(amx, "AVX2", True), amd)[0] == (
+        "- **CPU makers**: GenuineIntel → AuthenticAMD (MKL's reproducible branch is promised on Intel CPUs only: "
+        "the numbers may move)")
 
 
 def test_compare_tells_a_snapshot_that_predates_the_record_from_a_folder_without_a_run(tmp_path):
