@@ -606,13 +606,20 @@ def compare(
 ) -> None:
     """Say which numbers moved beyond noise from RUN_A to RUN_B.
 
-    And which inputs differ (params, recipes, code, data, environment). Intervals and their level come from
-    --params (report section)."""
+    And which inputs differ (params, recipes, code, data, environment). Numbers of one run only are listed as not
+    paired; with nothing paired it says so and exits 1. Intervals and their level come from --params (report
+    section)."""
     _configure_logging(None)
+    from dear.compare import NothingPaired
+
     with _one_line_errors():
         from dear.compare import run
 
-        typer.echo(run(load_params(params), run_a, run_b), nl=False)
+        try:
+            typer.echo(run(load_params(params), run_a, run_b), nl=False)
+        except NothingPaired as err:  # the comparison says why on stdout; the error line and exit 1 follow
+            typer.echo(err.text, nl=False)
+            raise
 
 
 @app.command()
