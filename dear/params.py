@@ -224,6 +224,11 @@ class Transfer(Section):
     domain_generalization: list[str] = Field(description="domain-shifted copies of the source's classes")
 
 
+def _no_default(schema: dict) -> None:
+    """Leave a null default out of the JSON schema: Snakemake's validation would fill it in and then walk into it."""
+    schema.pop("default", None)
+
+
 class FewShot(Section):
     @field_validator("shots")
     @classmethod
@@ -268,7 +273,8 @@ class Study(Section):
     transfer: Transfer | None = Field(description="one all-class model per method and seed, tested across datasets "
                                                   "and domains (null: no transfer job)")
     few_shot: FewShot | None = Field(None, description="one model per method, dataset and shot count, trained and "
-                                                       "tested on all classes (null: no few-shot job)")
+                                                       "tested on all classes (null or absent: no few-shot job)",
+                                     json_schema_extra=_no_default)  # absent: off (Snakemake's validate fills no null)
 
     @property
     def transfer_on(self) -> Transfer | None:

@@ -30,7 +30,8 @@ FEW_SHOT = PROJECT / "workflow/dvc/fewshot.yaml"
 
 
 def with_few_shot(pipeline: dict) -> dict:
-    """`pipeline` with the few-shot stages before the report, each taking the deps of its `deps_of` stage."""
+    """`pipeline` with the few-shot stages before the report, each taking the deps of its `deps_of` stage, and
+    the report reading fewshot/ whole (its command globs it in every config)."""
     extra = yaml.safe_load(FEW_SHOT.read_text())["stages"]
     stages = {}
     for name, stage in pipeline["stages"].items():
@@ -39,6 +40,7 @@ def with_few_shot(pipeline: dict) -> dict:
                 body = dict(body)
                 stages[new] = {"matrix": body.pop("matrix"), "cmd": body.pop("cmd"),
                                "deps": list(pipeline["stages"][body.pop("deps_of")]["deps"]), **body}
+            stage = {**stage, "deps": [*stage["deps"], "fewshot"]}
         stages[name] = stage
     return {**pipeline, "stages": stages}
 
@@ -53,14 +55,13 @@ def study(pipeline: dict, config: str, root: str, where: str, world: bool = True
     embedded world) the world stage and its digests go; without `transfer` (the transfer
     protocols are off) the transfer stages go, as the Snakefile leaves out those jobs; with `few_shot`
     the few-shot stages come in (`with_few_shot`); and the report reads no folder of a protocol that
-    is off (`base_to_novel`: runs/, `transfer`: transfer/, `few_shot`: fewshot/).
+    is off (`base_to_novel`: runs/, `transfer`: transfer/; fewshot/ only with `few_shot`).
     """
     pipeline = with_few_shot(pipeline) if few_shot else pipeline
     tops = {"logs", "fewshot"} | {_path(out).split("/")[0] for stage in pipeline["stages"].values()
                                   for out in stage["outs"]}
     dropped = ({"world"} if not world else set()) | (set(TRANSFER_STAGES) if not transfer else set())
-    unread = ({"transfer"} if not transfer else set()) | ({"runs"} if not base_to_novel else set()) | \
-        ({"fewshot"} if not few_shot else set())
+    unread = ({"transfer"} if not transfer else set()) | ({"runs"} if not base_to_novel else set())
 
     def move(path: str) -> str:
         return f"{root}/{path}" if path.split("/")[0] in tops else path
