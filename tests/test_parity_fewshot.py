@@ -141,7 +141,7 @@ def test_dear_recipe_shows_every_few_shot_job_with_its_sources(params):
     assert {(job["protocol"], job["shots"]) for job in jobs} == {("few_shot", k) for k in SHOTS}
     assert all(setting["source"] for job in jobs for setting in job["settings"].values())
     text = CliRunner().invoke(app, ["recipe", "--params", str(FEWSHOT), "--method", "coop", "--dataset", "dtd"]).stdout
-    assert "coop on dtd (few-shot, 1 shots)" in text and "vit_b16_ep50.yaml (COOP.md: 1 shot)" in text
+    assert "coop on dtd (few-shot, 1 shot)" in text and "vit_b16_ep50.yaml (COOP.md: 1 shot)" in text
 
 
 def test_a_config_changes_a_shot_count_of_its_own_and_every_one():

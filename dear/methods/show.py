@@ -58,7 +58,7 @@ def as_text(params: Params, recipes: list[Recipe], source: str) -> str:
              "ours (a config key, or our choice); '*' marks a value of ours replacing the authors'."]
     for recipe in recipes:
         spec = load(recipe.recipe)
-        shots = f", {recipe.shots} shots" if recipe.shots is not None else ""
+        shots = f", {recipe.shots} shot{'s' if recipe.shots != 1 else ''}" if recipe.shots is not None else ""
         lines += ["", f"{recipe.method} on {recipe.dataset} ({recipe.protocol.replace('_', '-')}{shots}): {spec.title}"]
         width = max(len(key) for key in recipe.settings)
         for key, setting in recipe.settings.items():
