@@ -152,6 +152,15 @@ def study_runs(params, params_file: str) -> list[str]:
             "or study.few_shot on"]
 
 
+def few_shot_sets(params, params_file: str) -> list[str]:
+    """Few-shot learning draws K shots of every class from a training split: a test-only set (a domain-shift
+    target such as imagenet-sketch) has none."""
+    few = params.study.few_shot_on
+    return [f"study.few_shot.datasets: {name} has a test split only (a domain-shift target), so no shot can be "
+            f"drawn from it; remove it from study.few_shot.datasets"
+            for name in (few.datasets if few is not None else []) if name in coop.SPECS and coop.SPECS[name].test_only]
+
+
 def data_folders(params, params_file: str) -> list[str]:
     """CoOp datasets on this machine: root, folders, split files and image folders exist (no image is listed)."""
     cfg = params.data
@@ -385,6 +394,7 @@ CHECKS: tuple[Check, ...] = (
     Check(dataset_names, ("data", "world"), "data.datasets against the known datasets"),
     Check(datasets_used, ("data", "study", "profile"), "the datasets the study and the profile use"),
     Check(study_runs, ("study",), "the study's protocols"),
+    Check(few_shot_sets, ("study",), "the few-shot datasets"),
     Check(data_folders, ("data",), "the data folders", "machine"),
     Check(world, ("data", "model", "backbone", "world"), "the world", stages=("world", "backbone")),
     Check(model, ("model", "world"), "model.arch", stages=("backbone",)),

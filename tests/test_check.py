@@ -306,3 +306,17 @@ def test_the_pages_examples_are_what_dear_check_prints(tmp_path):
     for output in (waiting.stderr, paper.stderr):
         lines = [line for line in output.splitlines() if "this machine has" not in line]  # a CPU count's warning
         assert lines and all(line in page for line in lines), output
+
+
+def test_a_few_shot_dataset_with_a_test_split_only_is_refused(tmp_path):
+    params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
+                  study={"few_shot": {"datasets": ["world_objects"], "shots": [1]}})
+    raw = yaml.safe_load(params.read_text())
+    raw["data"].update(source="coop", datasets=["imagenet", "imagenet-sketch"])
+    raw["study"].update(base_to_novel=["imagenet"], transfer=None,
+                        few_shot={"datasets": ["imagenet", "imagenet-sketch"], "shots": [1]})
+    raw["profile"]["dataset"] = "imagenet"
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    found = [finding.text for finding in check_file(params)[1] if "study.few_shot" in finding.text]
+    assert found == ["study.few_shot.datasets: imagenet-sketch has a test split only (a domain-shift target), so no "
+                     "shot can be drawn from it; remove it from study.few_shot.datasets"]
