@@ -23,7 +23,7 @@ import click
 import typer
 import typer.core
 
-from dear import cpus, status, stops, supervise
+from dear import cpus, reproducible, status, stops, supervise
 from dear.check import check_file, stage_problems
 from dear.check import warnings as check_warnings
 from dear.errors import DearError
@@ -106,11 +106,13 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         status.update(stage=name)
         use_params(params)  # messages name the file the user passed, not params.yaml
         loaded = load_params(params, sets or ())
+        reproducible.apply(loaded.compute.reproducible)  # before torch loads: the libraries read the caps once
         io.record_overrides(parse_overrides(sets or ()))
         stage_problems(loaded, name, str(params))  # every problem of this stage's params, before torch loads
         io.record_job(job_record(name, loaded, inputs))
         runs = seed_runs(inputs, outputs, seeds, loaded.data.seeds)
         stage = _import_stage(name)
+        reproducible.configure_torch(loaded.compute.reproducible)
         cpus.apply(cpus.budget(loaded, name, _state.get("threads")), name)
         from dear.io import check_outputs
 
@@ -146,6 +148,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         io.record_job({})
         use_params(DEFAULT_PATH)
         cpus.release()
+        reproducible.release()
 
 
 def job_record(stage: str, params, inputs: dict) -> dict:
@@ -529,6 +532,31 @@ def _one_line_errors():
             raise
         _print_errors(err)
         raise typer.Exit(code=1)
+
+
+@app.command()
+def predict(
+    model: Path = typer.Option(..., help="model.pt of `dear train` (any method)"),
+    images: Path = typer.Option(..., help="a folder of images (searched below), an image, or a text file of paths"),
+    out: Path = typer.Option(..., help="output folder: predictions.parquet and predictions.csv"),
+    classes: Optional[Path] = typer.Option(
+        None, help="text file of class names to choose from, one per line (may hold classes never trained on); "
+                   "default: the classes the model was trained on"),
+    top_k: int = typer.Option(5, "--top-k", help="classes (and probabilities) per image"),
+    backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
+    roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
+    fusion: Optional[Path] = typer.Option(None, help="fusion.json of `dear fuse` (default: the trained alpha)"),
+    params: Path = ParamsOption,
+    log: Optional[Path] = LogOption,
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """Label new images: the top-k classes of each.
+
+    Unreadable images are listed with their error; it fails only when none can be read.
+    """
+    _run_stage("predict", params, overrides, log, inputs=dict(model=model, backbone=backbone, images=images, roles=roles,
+                                                   fusion=fusion, classes=classes, top_k=top_k),
+               outputs=dict(folder=out))
 
 
 @app.command()

@@ -21,12 +21,14 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from dear.errors import DearError
 from dear.params import Params
 from dear.report import paired
 from dear.results import read_evals
 
+SNAPSHOT_EVALS = "evals.parquet"  # a snapshot's eval rows (write_comparable)
 LOCATION_KEYS = ("output_root", "data.root", "model.cache_dir")  # where a run reads and writes, not what it computes
 UNPAIRED = "missing"  # paired.differences' verdict of a number one run lacks
 
@@ -45,6 +47,7 @@ def run(params: Params, run_a: Path, run_b: Path) -> str:
     record_a, record_b = _record(a), _record(b)
     lines = [f"# dear compare: {run_a} → {run_b}", "", "## Inputs that differ", ""]
     lines += inputs_differ(record_a, record_b)
+    lines += ["", "## Machines", ""] + machines(record_a, record_b)
     moved = numbers(a, b, record_a, record_b, paired.Options(params.report.confidence,
                                                              params.report.bootstrap_resamples, params.report.std_ddof))
     lines += ["", "## Numbers", ""] + _numbers_text(moved, params.report.decimals, params.report.confidence)
@@ -59,6 +62,9 @@ def _report_folder(path: Path) -> Path:
     for folder in (Path(path), Path(path) / "report"):
         if (folder / "record.json").is_file():
             return folder
+    if (Path(path) / "run.json").is_file():  # a docs/demo snapshot made before it kept the record
+        raise DearError(f"{path}: a snapshot without the run's record.json and evals.parquet; make one that has them: "
+                        "`make demo`, then `python -m dear.docs --snapshot`")
     raise DearError(f"{path}: no record.json here or in {Path(path) / 'report'}; pass a run's report folder "
                     "(written by `dear report` with --models and --benchmarks) or its output root")
 
@@ -92,6 +98,70 @@ def inputs_differ(a: dict, b: dict) -> list[str]:
     lines.append(_same_or("versions", a["versions"], b["versions"], lambda v: json.dumps(v, sort_keys=True)))
     lines.append(_same_or("devices", a["devices"], b["devices"], lambda v: json.dumps(v, sort_keys=True)))
     return lines
+
+
+def machines(a: dict, b: dict) -> list[str]:
+    """What differs in what decided the floats (dear.reproducible.in_force of every job), named before the numbers."""
+    ma, mb = _machine(a.get("compute") or []), _machine(b.get("compute") or [])
+    if not ma or not mb:
+        return ["- a run's record does not say which CPU kernels made it (made before the record kept them)"]
+    lines = []
+    if ma["cpu_flags"] != mb["cpu_flags"]:
+        same_kernels = ma["kernels"] == mb["kernels"] and ma["reproducible"] == mb["reproducible"] == [True]
+        lines.append(f"- **the runs were made on CPUs with different instruction sets** ({_list(ma['cpu_flags'])} → "
+                     f"{_list(mb['cpu_flags'])}): "
+                     + ("both capped their kernels at the same set (compute.reproducible), so this alone moves no number"
+                        if same_kernels else "their kernels differ, so float rounding moves the numbers"))
+    if ma["reproducible"] != mb["reproducible"]:
+        lines.append(f"- **compute.reproducible**: {_list(ma['reproducible'])} → {_list(mb['reproducible'])}")
+    if ma["kernels"] != mb["kernels"]:
+        lines.append(f"- **kernels**: {_list(ma['kernels'])} → {_list(mb['kernels'])}")
+    if ma["builds"] != mb["builds"]:
+        lines.append(f"- **torch builds** (BLAS, oneDNN): {_list(ma['builds'])} → {_list(mb['builds'])}")
+    if ma["cuda"] != mb["cuda"]:
+        lines.append(f"- **GPU**: {_list(ma['cuda']) or 'none'} → {_list(mb['cuda']) or 'none'}")
+    return lines or ["- the same: instruction sets, kernels, caps and torch builds"]
+
+
+def _machine(records: list[dict]) -> dict[str, list[str]]:
+    """Every job's compute record of one run, as sorted distinct texts per aspect (threads: the jobs' own)."""
+    if not records:
+        return {}
+    aspects = {
+        "reproducible": lambda r: r.get("reproducible"),
+        "cpu_flags": lambda r: " ".join(r.get("cpu_flags", [])),
+        "kernels": lambda r: ", ".join([f"ATen {r['aten_capability']}",
+                                        f"oneDNN {'on' if r.get('mkldnn_enabled') else 'off'}",
+                                        *(f"{k}={v}" for k, v in sorted(r.get("caps", {}).items())
+                                          if not k.endswith("_NUM_THREADS"))]) if "aten_capability" in r else None,
+        "builds": lambda r: "; ".join(f"{k}: {v}" for k, v in sorted(r.get("builds", {}).items())) or None,
+        "cuda": lambda r: json.dumps(r["cuda"], sort_keys=True) if r.get("cuda") else None,
+    }
+    return {name: sorted({value for r in records if (value := get(r)) is not None}, key=str)
+            for name, get in aspects.items()}
+
+
+def _list(values: list) -> str:
+    return "; ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+
+
+def write_comparable(report: Path, folder: Path) -> list[Path]:
+    """A run's record.json (without its job times) and every eval row it scored (evals.parquet) into `folder`:
+    what `dear compare` reads of a snapshot (docs/demo, `python -m dear.docs --snapshot`). Nothing without a record."""
+    from dear.io import write_json, write_parquet
+    from dear.results import EVAL_SCHEMA
+
+    if not (report / "record.json").is_file():
+        return []
+    record = _record(report)
+    rows = read_evals([_located(report, entry["file"]) for entry in record["evaluations"]])
+    write_parquet(folder / SNAPSHOT_EVALS, pa.Table.from_pandas(rows, preserve_index=False), EVAL_SCHEMA)
+    per_job = ("code", "versions", "devices", "compute")  # summed up in the record's own keys
+    kept = {key: value for key, value in record.items() if key not in ("jobs", "rules")}
+    kept["models"] = [{k: v for k, v in model.items() if k not in per_job} for model in record["models"]]
+    kept["evaluations"] = [{k: v for k, v in entry.items() if k not in per_job} for entry in record["evaluations"]]
+    write_json(folder / "record.json", kept)
+    return [folder / SNAPSHOT_EVALS, folder / "record.json"]
 
 
 def flatten(value, prefix: str = "") -> dict[str, object]:
@@ -177,6 +247,8 @@ def paired_numbers(evals_a: pd.DataFrame, evals_b: pd.DataFrame, options: paired
 
 
 def _output_rows(folder: Path, record: dict) -> pd.DataFrame:
+    if (folder / SNAPSHOT_EVALS).is_file():  # a snapshot (docs/demo): the eval rows kept in one file
+        return read_evals([folder / SNAPSHOT_EVALS])
     paths = [_located(folder, entry["file"]) for entry in record["evaluations"]]
     frame = read_evals(paths)
     return frame

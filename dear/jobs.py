@@ -33,6 +33,7 @@ CODE = {
     "train": (*MODEL, "stages/train.py", "train"),
     "fuse": (*EVAL, "stages/fuse.py"),
     "evaluate": (*EVAL, "stages/evaluate.py"),
+    "predict": (*EVAL, "stages/predict.py"),  # by hand, in no study's graph
     "report": (*CORE, "stages/report.py", "report", "results.py", "model/ablation.py"),
 }
 PACKAGE = Path(__file__).resolve().parent

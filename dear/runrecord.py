@@ -118,7 +118,7 @@ def read_evaluation(path: Path) -> dict:
 
 def _process(made_by: dict) -> dict:
     return {"code": made_by.get("code", {}), "versions": made_by.get("versions", {}),
-            "devices": made_by.get("devices", {})}
+            "devices": made_by.get("devices", {}), "compute": made_by.get("compute", {})}
 
 
 def build(models: list[Path], evals: list[Path], benchmarks: list[Path], params: dict, report: dict) -> dict:
@@ -134,6 +134,7 @@ def build(models: list[Path], evals: list[Path], benchmarks: list[Path], params:
         "code": _distinct([p["code"] for p in processes + [report]]),
         "versions": _distinct([p["versions"] for p in processes + [report]]),
         "devices": _distinct([_device_names(p["devices"]) for p in processes]),
+        "compute": _distinct([p["compute"] for p in processes]),  # what decided the floats (dear.reproducible)
         "peak_gpu_memory_mb": max([peak for p in processes if (peak := _gpu_peak(p["devices"])) is not None],
                                   default=None),
         "data": _manifests(evaluated),

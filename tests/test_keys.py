@@ -53,7 +53,8 @@ def test_a_job_reads_the_keys_its_recipe_takes_from_the_config(params):
     source = reads(params, "train", "coop", "world_objects", "all")  # the transfer source: its own block
     assert source["train.recipes.coop.transfer.epochs"] == 2
     assert "train.recipes.coop.transfer.epochs" not in reads(params, "train", "coop", "world_objects")
-    assert reads(params, "train", "zeroshot", "world_objects") == {"compute.device": "auto", "data.seeds": [1, 2, 3]}
+    assert reads(params, "train", "zeroshot", "world_objects") == {"compute.device": "auto", "compute.reproducible": True,
+                                                                 "data.seeds": [1, 2, 3]}
 
 
 def test_an_override_added_for_one_dataset_changes_that_jobs_reads_only(params):

@@ -45,6 +45,14 @@ def test_the_few_shot_config_is_the_anchors_study(params):
     assert params.train.recipes == {}  # every value is the authors' (or the recipe's stated choice)
 
 
+def test_the_few_shot_config_is_the_paper_config_but_for_its_study():
+    """Everything but the output root, the datasets and the study is configs/paper-vitb16.yaml's (kept in step)."""
+    few, paper = (yaml.safe_load(path.read_text()) for path in (FEWSHOT, ROOT / "configs/paper-vitb16.yaml"))
+    for raw in (few, paper):
+        del raw["output_root"], raw["study"], raw["data"]["datasets"]
+    assert few == paper
+
+
 @pytest.mark.parametrize("shots", SHOTS)
 def test_coop_few_shot_is_coop_md_m16_end_per_shot_count(params, shots):
     for dataset in params.study.few_shot.datasets:

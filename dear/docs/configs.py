@@ -39,7 +39,11 @@ def leaves(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str]]:
     """(dotted key, description) of every value under `model`; sections (null-able ones too) are walked into."""
     for name, field in model.model_fields.items():
         section = _section(field.annotation)
-        if section is not None:
+        if section is not None and typing.get_origin(field.annotation) is dict:  # a mapping of name -> section
+            absent = code(field.get_default(call_default_factory=True))
+            yield f"{prefix}{name}", f"{field.description or ''} (default when absent: {absent})"
+            yield from leaves(section, f"{prefix}{name}.<name>.")
+        elif section is not None:
             yield from leaves(section, f"{prefix}{name}.")
         else:
             default = "" if field.is_required() else f" (default when absent: {code(field.default)})"

@@ -142,7 +142,11 @@ class MethodModel(nn.Module):
 
     def step(self, prefix: torch.Tensor, labels: torch.Tensor, classnames: list[str],
              frozen_image: torch.Tensor | None = None) -> Step:
-        """The loss of one batch from its frozen prefix [B, 1+N, D] (and the untouched image feature, if needed)."""
+        """The loss of one batch from its frozen prefix [B, 1+N, D].
+
+        frozen_image: the untouched model's CLS feature [B, E] (`frozen_image(prefix)`), a cache the trainer may
+        hand over; a method whose loss reads it computes it itself when it is not given.
+        """
         raise DearError(f"method {self.name} has nothing to train")
 
     def half_parameters(self) -> list[nn.Parameter]:

@@ -289,10 +289,13 @@ class Recipe:
                    shots=data.get("shots"))
 
 
-def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int | None = None) -> Recipe:
+def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int | None = None,
+            template: str | None = None) -> Recipe:
     """The recipe of `method` trained on `dataset` (`protocol`: base_to_novel | transfer | few_shot with `shots`).
 
-    `recipes` is the config's `train.recipes` mapping (already checked by `problems`).
+    `recipes` is the config's `train.recipes` mapping (already checked by `problems`). `template` is the
+    prompt a dataset of one's own declares (`data.custom.<dataset>.template`): it replaces the recipe's own
+    template, and any `train.recipes` key still overrides it.
     """
     from dear.methods import entry
 
@@ -308,10 +311,16 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int 
             settings[key] = Setting(value, layer.source, layer.kind)
     authors = {key: s for key, s in settings.items()}
     read = []
+    if template is not None and "template" in spec.keys:
+        read.append(f"data.custom.{dataset}.template")
+        known = authors["template"]
+        replaced = known.value if known.kind != "ours" and known.value != template else NOT_SET
+        settings["template"] = Setting(template, read[-1], "ours", replaced)
     for where, block in _override_blocks(recipes, spec.name, dataset, protocol, shots):
         for key, value in block.items():
             if key not in spec.keys:
-                continue  # an `all` key this recipe does not have
+                _unknown_override(key, where, spec)
+                continue  # an `all` key that another recipe has
             read.append(f"{where}.{key}")
             known = authors.get(key)
             value = spec.keys[key].cast(value)
@@ -325,6 +334,19 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int 
         raise DearError(f"{FOLDER / spec.name}.yaml: no value for {missing}; every key needs a default layer")
     order = list(spec.keys)
     return Recipe(method, spec.name, dataset, protocol, {key: settings[key] for key in order}, tuple(read), shots)
+
+
+def _unknown_override(key: str, where: str, spec: RecipeFile) -> None:
+    """A key this recipe lacks: an error in the method's own block; in `all`, only when no recipe has it."""
+    from dear.methods import REGISTRY
+
+    if where.startswith(f"train.recipes.{SHARED}"):
+        every = {k for name in {e.recipe for e in REGISTRY.values()} for k in load(name).keys}
+        if key in every:
+            return
+        raise DearError(f"{where}.{key}: unknown recipe key; remove it or fix its spelling" + _close(key, every))
+    raise DearError(f"{where}.{key}: recipe {spec.name!r} has no such key; remove it or fix its spelling"
+                    + _close(key, spec.keys))
 
 
 def _override_blocks(recipes: dict, name: str, dataset: str, protocol: str, shots: int | None = None):

@@ -1,6 +1,7 @@
-"""`dear prepare`: index one dataset in CoOp's layout into a manifest and few-shot tables.
+"""`dear prepare`: index one dataset into a manifest and few-shot tables.
 
-Reads `<data.root>/<dataset>/` (see `dear.data.coop`), checks the images as
+Reads `<data.root>/<dataset>/` in CoOp's layout (see `dear.data.coop`) or a
+dataset of one's own declared under `data.custom` (`dear.data.custom`), checks the images as
 `data.verify` asks, and writes into the output folder `manifest.parquet`,
 `excluded.parquet` and one `fewshot-seed<S>.parquet` per seed in `data.seeds`
 (schemas in `dear.data.manifest`); a dataset of `study.few_shot` also gets one
@@ -39,7 +40,7 @@ log = logging.getLogger("dear.prepare")
 
 @dataclass(frozen=True)
 class Inputs:
-    dataset: str  # name in dear.data.coop.SPECS (DATASETS.md folder name or world_*)
+    dataset: str  # name in dear.data.coop.SPECS (DATASETS.md folder name or world_*) or in data.custom
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Outputs:
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     data = params.data
-    spec, listing = coop.read_dataset(inputs.dataset, data.root)
+    spec, listing = coop.read_dataset(inputs.dataset, data.root, data.custom)
     _warn_class_count(inputs.dataset, spec, listing)
     check = verify.check_images(listing.paths, data.verify, data.hash_content, data.workers, inputs.dataset)
     if check.reasons and not data.skip_bad:
@@ -61,7 +62,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     manifest, tables = decoded_draw(inputs.dataset, spec, listing, check, data, counts)
     excluded = excluded_table(listing, check)
 
-    record = provenance(data, {"split_file": listing.source, "dataset_dir": spec.dataset_dir(Path(data.root))})
+    record = provenance(data, {"split_file": listing.source, "dataset_dir": spec.dataset_dir(Path(data.root)),
+                               **_declared_files(data.custom.get(inputs.dataset))})
     with output_folder(outputs.folder, Outputs.FILES) as folder:
         write_parquet(excluded_path(folder), excluded, EXCLUDED_SCHEMA, record)
         for (seed, shots), table in tables.items():
@@ -77,6 +79,14 @@ def few_shot_counts(params: Params, dataset: str) -> list[int]:
     """The shot counts K whose tables `dataset` gets: study.few_shot's when it is on and lists the dataset."""
     few = params.study.few_shot_on
     return list(few.shots) if few is not None and dataset in few.datasets else []
+
+
+def _declared_files(entry) -> dict[str, str]:
+    """The class-name and base-class files a dataset of one's own names (hashed into provenance)."""
+    if entry is None:
+        return {}
+    return {key: value for key, value in (("classnames", entry.classnames), ("base_classes", entry.base_classes))
+            if isinstance(value, str)}
 
 
 def decoded_draw(name: str, spec: coop.DatasetSpec, listing: coop.Listing, check: verify.ImageCheck,
@@ -115,7 +125,7 @@ def decoded_draw(name: str, spec: coop.DatasetSpec, listing: coop.Listing, check
 def manifest_table(listing: coop.Listing, check: verify.ImageCheck, keep: np.ndarray) -> pa.Table:
     """One row per kept image, in listing order (train, val, test; split-file order inside)."""
     labels = listing.labels[keep]                                    # [M]
-    is_novel, subset_label = fewshot.base_novel(len(listing.classnames))
+    is_novel, subset_label = fewshot.base_novel(len(listing.classnames), listing.base)
     width, height = check.width[keep], check.height[keep]
     imagenet = None if listing.imagenet_labels is None else pa.array(listing.imagenet_labels[keep], pa.int32())
     return pa.table({
