@@ -117,8 +117,8 @@ def role_masks(model: nn.Module, roles: RolesLike, concepts: Sequence[str] = COR
 
     Positions: [CLS, patches..., one attribute token per concept of `concepts` (K = len)]; 0 = may attend,
     -inf = blocked. layers: default DeAR's token layers (after the first two thirds; ViT-B/16: 9-12). Heads the
-    roles table does not list are mixed. Pass them to DeAR's tokens (`attribute_tokens` does) or to your own
-    blocks that append K tokens after the patches.
+    roles table does not list are mixed. `attribute_tokens` builds them for DeAR's tokens; `encode_image` runs
+    the image tower under them with tokens of your own.
     """
     from dear.methods.layers import two_thirds as default_start
     from dear.model import internals

@@ -539,9 +539,9 @@ def predict(
     model: Path = typer.Option(..., help="model.pt of `dear train` (any method)"),
     images: Path = typer.Option(..., help="a folder of images (searched below), an image, or a text file of paths"),
     out: Path = typer.Option(..., help="output folder: predictions.parquet and predictions.csv"),
-    classes: Optional[Path] = typer.Option(
-        None, help="text file of class names to choose from, one per line (may hold classes never trained on); "
-                   "default: the classes the model was trained on"),
+    class_list: Optional[Path] = typer.Option(
+        None, "--class-list", help="text file of class names to choose from, one per line (may hold classes never "
+                                   "trained on); default: the classes the model was trained on"),
     top_k: int = typer.Option(5, "--top-k", help="classes (and probabilities) per image"),
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
@@ -555,7 +555,7 @@ def predict(
     Unreadable images are listed with their error; it fails only when none can be read.
     """
     _run_stage("predict", params, overrides, log, inputs=dict(model=model, backbone=backbone, images=images, roles=roles,
-                                                   fusion=fusion, classes=classes, top_k=top_k),
+                                                   fusion=fusion, class_list=class_list, top_k=top_k),
                outputs=dict(folder=out))
 
 

@@ -247,10 +247,10 @@ def test_the_stages_device_is_the_cpu_here_and_cuda_is_refused_in_one_line():
     from dear.errors import DearError
     from dear.params import Compute
 
-    assert devices.resolve(Compute(device="auto", precision="bf16", workers=0)) == torch.device("cpu")
+    assert devices.resolve(Compute(device="auto", precision="bf16", workers=0, reproducible=True)) == torch.device("cpu")
     assert not devices.uses_bf16(torch.device("cpu"), "bf16")  # CPU stays fp32
     with pytest.raises(DearError, match="compute.device: cuda requested but torch sees no CUDA device"):
-        devices.resolve(Compute(device="cuda", precision="bf16", workers=0))
+        devices.resolve(Compute(device="cuda", precision="bf16", workers=0, reproducible=True))
 
 
 def test_the_log_line_names_the_precision_a_stage_really_runs_on_the_cpu():

@@ -140,6 +140,12 @@ def test_a_model_of_another_layout_runs_every_method_or_says_what_to_set(name, t
         invoke(params, "train", "--method", method, "--dataset", "oxford_pets", "--seed", 1, "--backbone", backbone,
                "--fewshot", data / "fewshot-seed1.parquet", "--roles", roles / "roles.parquet",
                "--out", run / "train/seed1", "--checkpoint", tmp_path / "ckpt" / method / "ckpt.pt")
+    images = tmp_path / "datasets/oxford_pets/images"
+    for method in method_names():  # `dear predict` labels new images with any method's model.pt
+        invoke(params, "predict", "--model", tmp_path / "runs" / method / "train/seed1/model.pt", "--backbone", backbone,
+               "--roles", roles / "roles.parquet", "--images", images, "--out", tmp_path / "predict" / method)
+        rows = pq.read_table(tmp_path / "predict" / method / "predictions.parquet").to_pylist()
+        assert rows and all(row["error"] is None and len(row["classes"]) == 2 for row in rows), method  # 2 base classes
     for method in ("coop", "dear"):  # a frozen-image method and the token method: fuse and evaluate
         run = tmp_path / "runs" / method
         invoke(params, "fuse", "--model", run / "train/seed1/model.pt", "--fewshot", data / "fewshot-seed1.parquet",

@@ -101,7 +101,7 @@ def test_classes_never_trained_on_are_scored_by_the_rule_for_unseen_classes(proj
     every = sorted({row["classname"] for row in manifest})
     (tmp_path / "classes.txt").write_text("\n".join(every) + "\n")
     image = manifest[0]["path"]
-    predict(project, image, tmp_path / "out", "--classes", tmp_path / "classes.txt", "--top-k", 4)
+    predict(project, image, tmp_path / "out", "--class-list", tmp_path / "classes.txt", "--top-k", 4)
     row = pq.read_table(tmp_path / "out/predictions.parquet").to_pylist()[0]
     assert sorted(row["classes"]) == every
     assert read_provenance(tmp_path / "out/predictions.parquet")["seen"] is False

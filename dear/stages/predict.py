@@ -53,7 +53,7 @@ class Inputs:
     images: Path  # a folder of images, or a text file of image paths (one per line)
     roles: Path | None = None  # roles.parquet (method dear)
     fusion: Path | None = None  # fusion.json of `dear fuse` (None: the trained alpha)
-    classes: Path | None = None  # a text file of class names (None: the classes the model was trained on)
+    class_list: Path | None = None  # a text file of class names (None: the classes the model was trained on)
     top_k: int = 5
 
 
@@ -72,13 +72,13 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         raise DearError(f"--top-k: {inputs.top_k}; give at least 1")
     paths = image_paths(inputs.images)
     trained = read_trained(inputs.model)
-    classnames, seen = class_list(inputs.classes, trained.get("classnames") or [], inputs.model)
+    classnames, seen = class_list(inputs.class_list, trained.get("classnames") or [], inputs.model)
     model, precision = evaluation.prepared(load_trained(inputs.model, load_backbone(inputs.backbone), inputs.roles),
                                            params.compute)
     alpha = fusion_alpha(inputs.fusion, model)
     rule = "fused" if seen or params.fusion.novel == "fused" else "the method's rule for unseen classes"
     log.info("%s: %d image(s), %d classes (%s), logits: %s", model.name, len(paths), len(classnames),
-             "the trained ones" if seen else f"from {inputs.classes}", rule)
+             "the trained ones" if seen else f"from {inputs.class_list}", rule)
     rows = score(model, paths, classnames, seen, alpha, params, precision, min(inputs.top_k, len(classnames)))
     failed = [row for row in rows if row["error"] is not None]
     if len(failed) == len(rows):
@@ -86,7 +86,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                         "give images PIL can open")
     used = {"model": inputs.model, "backbone": Path(inputs.backbone) / "card.json", "images": inputs.images,
             **{name: path for name, path in (("roles", inputs.roles), ("fusion", inputs.fusion),
-                                             ("classes", inputs.classes)) if path is not None}}
+                                             ("class_list", inputs.class_list)) if path is not None}}
     record = provenance({"fusion": params.fusion, "evaluate": params.evaluate, "compute": params.compute}, used)
     record.update(images_sha256=sha256_json(paths), classnames=classnames, seen=seen, top_k=inputs.top_k,
                   alpha=alpha.tolist(), method=model.name)
@@ -131,7 +131,7 @@ def class_list(path: Path | None, trained: list[str], model: Path) -> tuple[list
     """(class names to choose from, whether they are exactly the trained ones)."""
     if path is None:
         if not trained:
-            raise DearError(f"{model}: records no class names; give the class list with --classes FILE")
+            raise DearError(f"{model}: records no class names; give the class list with --class-list FILE")
         return list(trained), True
     path = Path(path)
     if not path.is_file():
