@@ -148,10 +148,20 @@ def datasets_used(params, params_file: str) -> list[str]:
 
 def study_runs(params, params_file: str) -> list[str]:
     """The study trains something: a protocol is on (study.methods holds at least one method: a rule of its own)."""
-    if params.study.base_to_novel or params.study.transfer_on is not None:
+    if params.study.base_to_novel or params.study.transfer_on is not None or params.study.few_shot_on is not None:
         return []
-    return ["study.base_to_novel is empty and the transfer protocols are off (study.transfer): nothing would be "
-            "trained; list datasets in study.base_to_novel, or switch study.transfer on"]
+    return ["study.base_to_novel is empty and the transfer and few-shot protocols are off (study.transfer, "
+            "study.few_shot): nothing would be trained; list datasets in study.base_to_novel, or switch study.transfer "
+            "or study.few_shot on"]
+
+
+def few_shot_sets(params, params_file: str) -> list[str]:
+    """Few-shot learning draws K shots of every class from a training split: a test-only set (a domain-shift
+    target such as imagenet-sketch) has none."""
+    few = params.study.few_shot_on
+    return [f"study.few_shot.datasets: {name} has a test split only (a domain-shift target), so no shot can be "
+            f"drawn from it; remove it from study.few_shot.datasets"
+            for name in (few.datasets if few is not None else []) if name in coop.SPECS and coop.SPECS[name].test_only]
 
 
 def data_folders(params, params_file: str) -> list[str]:
@@ -363,14 +373,15 @@ def train(params, params_file: str) -> list[str]:
     config = arch_config(params.model.arch) or {}
     depth = tower_depths(config)
     broken: dict[tuple, list] = {}  # (key, value, problem) -> [where it comes from, jobs]
-    for method, dataset, protocol in training_jobs(params):
-        recipe = params.train.recipe(method, dataset, protocol)
+    for method, dataset, protocol, shots in training_jobs(params):
+        recipe = params.train.recipe(method, dataset, protocol, shots)
         for key, problem in _recipe_problems(recipe, depth, params.model.arch):
             setting = recipe.settings[key]
             ours = setting.kind == "ours" and setting.source.startswith("train.recipes.")
             where = setting.source if ours else f"train.recipes.{recipe.recipe}.{key}"
             origin = "" if ours else f" (the {setting.kind}' value, {setting.source})"
-            broken.setdefault((where, repr(setting.value), problem), [origin, []])[1].append(f"{method} on {dataset}")
+            broken.setdefault((where, repr(setting.value), problem), [origin, []])[1].append(
+                f"{method} on {dataset}" + (f" ({shots} shots)" if shots is not None else ""))
     return [f"{where}: {value}{origin} {problem}; {_jobs(jobs)}"
             for (where, value, problem), (origin, jobs) in broken.items()]
 
@@ -399,11 +410,13 @@ def tower_depths(config: dict) -> dict[str, int | None]:
     return {"image": config.get("vision_cfg", {}).get("layers"), "text": config.get("text_cfg", {}).get("layers")}
 
 
-def training_jobs(params: Params) -> list[tuple[str, str, str]]:
-    """(method, dataset, protocol) of every training job the study runs."""
-    jobs = [(method, dataset, "base_to_novel") for method in params.study.methods for dataset in params.study.base_to_novel]
+def training_jobs(params: Params) -> list[tuple[str, str, str, int | None]]:
+    """(method, dataset, protocol, shots) of every training job the study runs; shots: the few_shot protocol's K."""
+    methods = params.study.methods
+    jobs = [(method, dataset, "base_to_novel", None) for method in methods for dataset in params.study.base_to_novel]
     transfer = params.study.transfer_on
-    return jobs + ([(method, transfer.source, "transfer") for method in params.study.methods] if transfer else [])
+    jobs += [(method, transfer.source, "transfer", None) for method in methods] if transfer else []
+    return jobs + [(method, dataset, "few_shot", k) for method in methods for dataset, k in params.study.few_shot_runs()]
 
 
 @dataclass(frozen=True)
@@ -421,6 +434,7 @@ CHECKS: tuple[Check, ...] = (
     Check(dataset_names, ("data", "world"), "data.datasets against the known datasets"),
     Check(datasets_used, ("data", "study", "profile"), "the datasets the study and the profile use"),
     Check(study_runs, ("study",), "the study's protocols"),
+    Check(few_shot_sets, ("study",), "the few-shot datasets"),
     Check(data_folders, ("data",), "the data folders", "machine"),
     Check(shifted_classes, ("data", "study", "world"), "the classes of domain-generalisation targets", "machine"),
     Check(world, ("data", "model", "backbone", "world"), "the world", stages=("world", "backbone")),
@@ -440,7 +454,14 @@ def warnings(params: Params, params_file: str) -> list[str]:
     """Fewer training images than data.shots in a class; more worker processes than this machine's CPUs."""
     found = [f"data.custom.{name}: declared but data.datasets does not list it, so it is not prepared; add it there "
              "to use it" for name in params.data.custom if name not in params.data.datasets]
-    trained_on = dict.fromkeys(dataset for _, dataset, _ in training_jobs(params))  # targets draw no shots
+    trained_on = dict.fromkeys(dataset for _, dataset, protocol, _ in training_jobs(params)  # targets draw no shots
+                               if protocol != "few_shot")
+    few = params.study.few_shot_on
+    for name in few.datasets if few is not None else []:
+        fewest = _fewest_train_images(params, name)
+        if fewest is not None and fewest < max(few.shots):
+            found.append(f"study.few_shot.shots: {max(few.shots)}, but a class of {name} has only {fewest} training "
+                         "images: it gets fewer shots at the larger shot counts (the report states the shots used)")
     for name in trained_on:
         fewest = _fewest_train_images(params, name)
         if fewest is not None and fewest < params.data.shots:
