@@ -43,6 +43,7 @@ class MethodModel(nn.Module):
     TERMS: ClassVar[tuple[str, ...]] = ()  # the loss terms `step` returns, besides the total
     needs_frozen_image: ClassVar[bool] = False  # `step` reads the untouched model's image feature
     refits_fusion: ClassVar[bool] = False  # `fuse` may refit the fusion weights (DeAR)
+    fits_features: ClassVar[bool] = False  # `dear train` calls `fit` on the shots' frozen features (linear probe)
 
     def __init__(self, name: str, clip: nn.Module, tokenizer, recipe: Recipe, roles=None, seed: int = 0):
         super().__init__()
@@ -122,6 +123,10 @@ class MethodModel(nn.Module):
         """[B, S+1, E] stream features x the class list's text features -> [B, S+1, C]."""
         text = self.text_features(classnames, template)
         return self.logit_scale().float() * torch.einsum("bke,ce->bkc", features.float(), text.float())
+
+    def can_score(self, classnames: list[str]) -> bool:
+        """Whether the method has logits for this class list (a prompt writes any; a linear probe only its own)."""
+        return True
 
     def stream_names(self) -> list[str]:
         return ["cls"]
