@@ -23,6 +23,9 @@ Conventions the table must keep (checked by `check_eval`):
   `label` indexes the dataset's full class list.
 - protocols `cross_dataset` and `domain_generalization`: split `all`; a row
   with `target == source` is the source dataset itself, averages leave it out.
+- protocol `few_shot_<K>` (`few_shot_protocol(K)`, K >= 1): a model trained on K
+  shots of every class of a dataset, tested on all its classes: split `all`,
+  `target == source`; one protocol per K, so the runs of every K stay apart.
 - `0 <= correct <= total`, `total >= 1`, no class counted twice;
   `hits` holds `total` entries of which `correct` are true.
 """
@@ -57,9 +60,26 @@ EVAL_SCHEMA = pa.schema([
 ])
 
 PROTOCOLS = ("base_to_novel", "cross_dataset", "domain_generalization")
+FEW_SHOT = "few_shot_"  # + K: few-shot learning with K shots of every class (study.few_shot), one protocol per K
 OUTPUT = "output"  # the stream a method reports
 FUSED = "fused"    # the fused logits on every class, seen or not (the other inference on unseen classes)
 SPLITS_OF = {"base_to_novel": ("base", "novel"), "cross_dataset": ("all",), "domain_generalization": ("all",)}
+
+
+def few_shot_protocol(shots: int) -> str:
+    """The eval table's protocol of a few-shot run with `shots` shots per class: few_shot_<K>."""
+    return f"{FEW_SHOT}{int(shots)}"
+
+
+def shots_of(protocol: str) -> int | None:
+    """K of a few_shot_<K> protocol (K >= 1), None for any other protocol."""
+    rest = str(protocol).removeprefix(FEW_SHOT)
+    return int(rest) if rest != protocol and rest.isdigit() and int(rest) >= 1 and rest == str(int(rest)) else None
+
+
+def splits_of(protocol: str) -> tuple[str, ...]:
+    """The splits a protocol's rows may hold (few-shot runs: every class, split all)."""
+    return ("all",) if shots_of(protocol) is not None else SPLITS_OF[protocol]
 RUN_KEY = ["method", "source", "seed"]
 CELL_KEY = RUN_KEY + ["protocol", "target"]           # one model on one evaluated dataset
 SPLIT_KEY = CELL_KEY + ["split"]
@@ -74,17 +94,17 @@ def check_eval(frame: pd.DataFrame, where: str | os.PathLike) -> None:
         _fail(where, f"empty values in columns {nulls}")
     if frame.empty:
         _fail(where, "no rows")
-    bad_protocol = sorted(set(frame["protocol"]) - set(PROTOCOLS))
+    bad_protocol = sorted(p for p in set(frame["protocol"]) if p not in PROTOCOLS and shots_of(p) is None)
     if bad_protocol:
-        _fail(where, f"unknown protocol {bad_protocol[0]!r} (expected one of {', '.join(PROTOCOLS)})")
+        _fail(where, f"unknown protocol {bad_protocol[0]!r} (expected one of {', '.join(PROTOCOLS)}, {FEW_SHOT}<K>)")
     for protocol, rows in frame.groupby("protocol", sort=True):
-        bad_split = sorted(set(rows["split"]) - set(SPLITS_OF[protocol]))
+        bad_split = sorted(set(rows["split"]) - set(splits_of(protocol)))
         if bad_split:
-            _fail(where, f"split {bad_split[0]!r} in protocol {protocol} (expected {' | '.join(SPLITS_OF[protocol])})")
-    b2n = frame[frame["protocol"] == "base_to_novel"]
-    if (b2n["source"] != b2n["target"]).any():
-        row = b2n[b2n["source"] != b2n["target"]].iloc[0]
-        _fail(where, f"base_to_novel row with source {row['source']!r} != target {row['target']!r}")
+            _fail(where, f"split {bad_split[0]!r} in protocol {protocol} (expected {' | '.join(splits_of(protocol))})")
+    own = frame[(frame["protocol"] == "base_to_novel") | frame["protocol"].map(lambda p: shots_of(p) is not None)]
+    if (own["source"] != own["target"]).any():
+        row = own[own["source"] != own["target"]].iloc[0]
+        _fail(where, f"{row['protocol']} row with source {row['source']!r} != target {row['target']!r}")
     if (frame["total"] < 1).any() or (frame["correct"] < 0).any() or (frame["correct"] > frame["total"]).any():
         _fail(where, "counts out of range (need 0 <= correct <= total and total >= 1)")
     lengths = frame["hits"].map(len)

@@ -12,7 +12,9 @@ per-seed values are exactly the counts-based accuracies of the tables:
 - base-to-novel Average: Base and Novel averaged over the datasets, HM of
   those two averages (per seed, as the Average row);
 - cross-dataset / domain generalization: accuracy on each target (the source
-  too), and the Average over the targets without the source.
+  too), and the Average over the targets without the source;
+- few-shot learning, per shot count: accuracy on each dataset, and the
+  Average over the datasets.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import pandas as pd
 
 from dear.errors import DearError
 from dear.report import stats
-from dear.report.tables import AVERAGE, B2N_METRICS, transfer_targets
-from dear.results import harmonic_mean
+from dear.report.tables import AVERAGE, B2N_METRICS, few_shot_protocols, transfer_targets
+from dear.results import harmonic_mean, shots_of
 
 COLUMNS = ["protocol", "source", "dataset", "method", "baseline", "metric", "mean", "std", "n_seeds", "seeds",
            "seed_low", "seed_high", "image_low", "image_high", "verdict"]
@@ -102,6 +104,12 @@ def _cells(evals: pd.DataFrame) -> list[Cell]:
             if targets:
                 cells.append(Cell(protocol, source, AVERAGE, [(protocol, source, t, "all") for t in targets],
                                   ("accuracy",)))
+    few = evals[evals["protocol"].map(shots_of).notna()]
+    datasets = sorted(few["target"].unique())  # every K averages the same datasets (tables.few_shot)
+    for protocol in few_shot_protocols(few["protocol"]):
+        for dataset in sorted(few.loc[few["protocol"] == protocol, "target"].unique()):
+            cells.append(Cell(protocol, dataset, dataset, [(protocol, dataset, dataset, "all")], ("accuracy",)))
+        cells.append(Cell(protocol, "", AVERAGE, [(protocol, d, d, "all") for d in datasets], ("accuracy",)))
     return cells
 
 
