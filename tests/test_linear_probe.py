@@ -230,3 +230,30 @@ def test_fuse_passes_through_and_evaluate_scores_base_classes_only(project):
     assert set(table["split"]) == {"base"} and set(table["stream"]) == {"output", "fused", "cls"}
     metrics = json.loads((run / "eval/metrics.json").read_text())["base_to_novel"]["world_objects"]
     assert metrics["base"] is not None and metrics["novel"] is None and metrics["hm"] is None
+
+
+def test_transfer_scores_the_source_and_leaves_other_datasets_classes_unscored(project, tmp_path):
+    """Trained on all classes of the source: scored there; a target with other class names gets no rows
+    (the report's "—", with the registry's reason); a target with its classes would be scored on their rows."""
+    root, run = project
+    make_fake_dataset(root / "raw", "world_objects_b", n_classes=3, per_class=2)
+    raw = yaml.safe_load((root / "params.yaml").read_text())
+    raw["data"]["datasets"] = ["world_objects", "world_objects_b"]
+    raw["study"]["transfer"] = {"source": "world_objects", "cross_dataset": ["world_objects_b"],
+                                "domain_generalization": []}
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    invoke("prepare", "--params", params, "--dataset", "world_objects_b", "--out", root / "data/world_objects_b")
+    fewshot = root / "data/world_objects/fewshot-seed1.parquet"
+    invoke("train", "--params", params, "--method", "linear_probe", "--dataset", "world_objects", "--seed", 1,
+           "--backbone", root / "backbone", "--fewshot", fewshot, "--classes", "all", "--out", tmp_path / "train",
+           "--checkpoint", tmp_path / "ckpt.pt")
+    invoke("fuse", "--params", params, "--model", tmp_path / "train/model.pt", "--fewshot", fewshot, "--classes", "all",
+           "--backbone", root / "backbone", "--out", tmp_path / "fusion.json")
+    result = invoke("evaluate", "--params", params, "--model", tmp_path / "train/model.pt", "--fusion",
+                    tmp_path / "fusion.json", "--source", root / "data/world_objects", "--classes", "all", "--data",
+                    root / "data", "--backbone", root / "backbone", "--out", tmp_path / "eval")
+    table = pq.read_table(tmp_path / "eval/eval.parquet").to_pandas()
+    assert set(table["target"]) == {"world_objects"} and set(table["protocol"]) == {"cross_dataset"}
+    assert table[table["stream"] == "output"]["label"].tolist() == [0, 1, 2, 3]
+    assert "cross_dataset world_objects_b all not scored: a linear probe has a classifier only" in result.output

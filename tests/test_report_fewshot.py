@@ -115,6 +115,12 @@ def test_the_linear_probe_shows_a_dash_with_its_reason_in_base_to_novel(world):
     assert "linear_probe: a linear probe has a classifier only" in (world["out"] / "paper/base_to_novel.md").read_text()
 
 
+def test_no_published_few_shot_number_and_the_page_says_why(world):
+    markdown = (world["out"] / "results.md").read_text()
+    assert "Few-shot learning: no published number stands beside ours." in markdown
+    assert not pd.read_csv(world["out"] / "published.csv")["protocol"].map(shots_of).notna().any()
+
+
 def test_the_picture_and_its_data(world):
     png = (world["out"] / "few_shot.png").read_bytes()
     assert png.startswith(b"\x89PNG") and "](few_shot.png)" in (world["out"] / "results.md").read_text()

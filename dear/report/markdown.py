@@ -23,6 +23,11 @@ from dear.results import shots_of
 MISSING = "—"
 PROTOCOL_TITLES = {"cross_dataset": "Cross-dataset", "domain_generalization": "Domain generalization"}
 METRIC_NAMES = {"base": "Base", "novel": "Novel", "hm": "HM"}
+FEW_SHOT_PUBLISHED = (
+    "Few-shot learning: no published number stands beside ours. None of the authors' repositories prints its "
+    "few-shot results as text (KaiyangZhou/CoOp's README.md and lpclip/README.md, the READMEs of KgCoOp, "
+    "PromptSRC and MMRL); CoOp gives them as a figure (its Figure 3, no table), and the few-shot tables of the "
+    "KgCoOp, PromptSRC and MMRL papers are not transcribed here, so no value could be checked against its source.")
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None =
     lines += _roles(page)
     if page.reference:
         lines += _published(published, page.setting_problems, page)
+        lines += [FEW_SHOT_PUBLISHED, ""] if not few.empty else []
     lines += _pictures(page, few_shot=not few.empty)
     return "\n".join(lines).rstrip("\n") + "\n"
 
