@@ -53,6 +53,10 @@ def make_fewshot(root) -> list:
         paths.append(root / "runs" / "linear_probe" / "dsA" / "eval" / f"seed{seed}" / "eval.parquet")
         write_eval(paths[-1], split_rows("linear_probe", "dsA", seed, "base_to_novel", "dsA", "base", 90),
                    provenance={"seed": seed})
+        paths.append(root / "runs" / "coop" / "dsA" / "eval" / f"seed{seed}" / "eval.parquet")
+        write_eval(paths[-1], split_rows("coop", "dsA", seed, "base_to_novel", "dsA", "base", 80)
+                   + split_rows("coop", "dsA", seed, "base_to_novel", "dsA", "novel", 60, first_label=4),
+                   provenance={"seed": seed})
     return paths
 
 
@@ -94,6 +98,16 @@ def test_paired_differences_per_shot_count_with_verdicts(world):
     metrics = json.loads((world["out"] / "metrics.json").read_text())
     assert metrics["few_shot"]["coop"]["shots16"] == {"average": 83.5, "seeds": 2}
     assert metrics["differences"]["coop_minus_linear_probe"]["few_shot_1"] == pytest.approx(29.0)
+
+
+def test_base_to_novel_pairs_with_the_linear_probe_on_base_classes_alone(world):
+    differences = pd.read_csv(world["out"] / "differences.csv")
+    b2n = differences[(differences["protocol"] == "base_to_novel") & (differences["baseline"] == "linear_probe")]
+    for dataset in ("dsA", "Average"):
+        mine = b2n[b2n["dataset"] == dataset].set_index("metric")
+        assert list(mine.index) == ["base", "novel", "hm"]
+        assert mine.loc["base", "mean"] == pytest.approx(-10.0) and mine.loc["base", "verdict"] == "worse"
+        assert mine.loc[["novel", "hm"], "mean"].isna().all() and set(mine.loc[["novel", "hm"], "verdict"]) == {"missing"}
 
 
 def test_paper_tables_have_a_column_per_shot_count(world):

@@ -120,7 +120,7 @@ def _b2n_splits(datasets: list[str]) -> list[SplitKey]:
 
 def _metrics(cell: Cell):
     """Per-split accuracies [2, S, ...] -> the cell's numbers [M, 2, S, ...] (see the module docstring)."""
-    if cell.metrics == ("accuracy",):
+    if len(cell.metrics) == 1:  # accuracy, or Base alone: the mean over the cell's splits
         return lambda accuracy: np.mean(accuracy, axis=0)[None]
     half = len(cell.splits) // 2
 
@@ -132,6 +132,12 @@ def _metrics(cell: Cell):
 
 def _compare(hits: Hits, method: str, baseline: str, cell: Cell, options: Options) -> list[dict]:
     seeds = sorted(hits.seeds(method, cell.splits) & hits.seeds(baseline, cell.splits))
+    if not seeds and cell.metrics == B2N_METRICS:  # one of them has no novel classes (a linear probe): Base alone
+        base = Cell(cell.protocol, cell.source, cell.dataset, cell.splits[:len(cell.splits) // 2], ("base",))
+        if hits.seeds(method, base.splits) & hits.seeds(baseline, base.splits):
+            rest = _compare(hits, method, baseline, Cell(cell.protocol, cell.source, cell.dataset, [],
+                                                         ("novel", "hm")), options)
+            return _compare(hits, method, baseline, base, options) + rest
     head = {"protocol": cell.protocol, "source": cell.source, "dataset": cell.dataset, "method": method,
             "baseline": baseline, "n_seeds": len(seeds), "seeds": ";".join(map(str, seeds))}
     if not seeds:
