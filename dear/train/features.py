@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dear import evaluation
 from dear.data.manifest import check_images_exist, read_fewshot, select
+from dear.errors import DearError
 from dear.params import Compute
 from dear.train.data import Shots
 
@@ -29,6 +30,9 @@ def validation_shots(path: Path, subset: str, classnames: list[str]) -> evaluati
 def fit(model, shots: Shots, fewshot: Path, subset: str, compute: Compute, batch_size: int, description: str):
     """Encode the shots (train, then validation) once and `model.fit` on them; returns what `fit` returns."""
     val = validation_shots(fewshot, subset, shots.classnames)
+    if not len(val):
+        raise DearError(f"{fewshot}: no validation shots of the {subset} classes; {model.name} searches its C on them "
+                        "(lpclip): rerun `dear prepare` with data.val_shots >= 1, on a dataset with a validation split")
     check_images_exist(val.paths, fewshot, "validation image")
     model, precision = evaluation.prepared(model, compute)
     transform = evaluation.eval_transform(model)
