@@ -145,10 +145,11 @@ def datasets_used(params, params_file: str) -> list[str]:
 
 def study_runs(params, params_file: str) -> list[str]:
     """The study trains something: a protocol is on (study.methods holds at least one method: a rule of its own)."""
-    if params.study.base_to_novel or params.study.transfer_on is not None:
+    if params.study.base_to_novel or params.study.transfer_on is not None or params.study.few_shot_on is not None:
         return []
-    return ["study.base_to_novel is empty and the transfer protocols are off (study.transfer): nothing would be "
-            "trained; list datasets in study.base_to_novel, or switch study.transfer on"]
+    return ["study.base_to_novel is empty and the transfer and few-shot protocols are off (study.transfer, "
+            "study.few_shot): nothing would be trained; list datasets in study.base_to_novel, or switch study.transfer "
+            "or study.few_shot on"]
 
 
 def data_folders(params, params_file: str) -> list[str]:
@@ -320,14 +321,15 @@ def train(params, params_file: str) -> list[str]:
     config = arch_config(params.model.arch) or {}
     depth = {"vision": config.get("vision_cfg", {}).get("layers"), "text": config.get("text_cfg", {}).get("layers")}
     broken: dict[tuple, list] = {}  # (key, value, problem) -> [where it comes from, jobs]
-    for method, dataset, protocol in training_jobs(params):
-        recipe = params.train.recipe(method, dataset, protocol)
+    for method, dataset, protocol, shots in training_jobs(params):
+        recipe = params.train.recipe(method, dataset, protocol, shots)
         for key, problem in _recipe_problems(recipe, depth, params.model.arch):
             setting = recipe.settings[key]
             ours = setting.kind == "ours" and setting.source.startswith("train.recipes.")
             where = setting.source if ours else f"train.recipes.{recipe.recipe}.{key}"
             origin = "" if ours else f" (the {setting.kind}' value, {setting.source})"
-            broken.setdefault((where, repr(setting.value), problem), [origin, []])[1].append(f"{method} on {dataset}")
+            broken.setdefault((where, repr(setting.value), problem), [origin, []])[1].append(
+                f"{method} on {dataset}" + (f" ({shots} shots)" if shots is not None else ""))
     return [f"{where}: {value}{origin} {problem}; {_jobs(jobs)}"
             for (where, value, problem), (origin, jobs) in broken.items()]
 
@@ -359,11 +361,13 @@ def _jobs(jobs: list[str]) -> str:
     return "jobs " + ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
 
 
-def training_jobs(params: Params) -> list[tuple[str, str, str]]:
-    """(method, dataset, protocol) of every training job the study runs."""
-    jobs = [(method, dataset, "base_to_novel") for method in params.study.methods for dataset in params.study.base_to_novel]
+def training_jobs(params: Params) -> list[tuple[str, str, str, int | None]]:
+    """(method, dataset, protocol, shots) of every training job the study runs; shots: the few_shot protocol's K."""
+    methods = params.study.methods
+    jobs = [(method, dataset, "base_to_novel", None) for method in methods for dataset in params.study.base_to_novel]
     transfer = params.study.transfer_on
-    return jobs + ([(method, transfer.source, "transfer") for method in params.study.methods] if transfer else [])
+    jobs += [(method, transfer.source, "transfer", None) for method in methods] if transfer else []
+    return jobs + [(method, dataset, "few_shot", k) for method in methods for dataset, k in params.study.few_shot_runs()]
 
 
 @dataclass(frozen=True)
@@ -398,7 +402,14 @@ CHECKS: tuple[Check, ...] = (
 def warnings(params: Params, params_file: str) -> list[str]:
     """Fewer training images than data.shots in a class; more worker processes than this machine's CPUs."""
     found = []
-    trained_on = dict.fromkeys(dataset for _, dataset, _ in training_jobs(params))  # targets draw no shots
+    trained_on = dict.fromkeys(dataset for _, dataset, protocol, _ in training_jobs(params)  # targets draw no shots
+                               if protocol != "few_shot")
+    few = params.study.few_shot_on
+    for name in few.datasets if few is not None else []:
+        fewest = _fewest_train_images(params, name)
+        if fewest is not None and fewest < max(few.shots):
+            found.append(f"study.few_shot.shots: {max(few.shots)}, but a class of {name} has only {fewest} training "
+                         "images: it gets fewer shots at the larger shot counts (the report states the shots used)")
     for name in trained_on:
         fewest = _fewest_train_images(params, name)
         if fewest is not None and fewest < params.data.shots:

@@ -153,11 +153,12 @@ def job_record(stage: str, params, inputs: dict) -> dict:
     (resolved, key by key: dear.keys) and the sha256 of its code (dear.jobs)."""
     from dear import jobs, keys
 
+    shots = {"shots": inputs["shots"]} if inputs.get("shots") is not None else {}  # a few-shot run's K
     args = {"train": lambda: dict(method=inputs["method"] or params.train.method, dataset=inputs["dataset"],
-                                  classes=inputs["classes"]),
+                                  classes=inputs["classes"], **shots),
             "prepare": lambda: dict(dataset=inputs["dataset"]),
             "fuse": lambda: dict(classes=inputs["classes"]),
-            "evaluate": lambda: dict(classes=inputs["classes"])}.get(stage, dict)()
+            "evaluate": lambda: dict(classes=inputs["classes"], **shots)}.get(stage, dict)()
     try:
         reads = keys.reads(params, stage, **args)
     except DearError:  # an argument the stage refuses in its own words (an unknown --method): no record to make
@@ -365,6 +366,9 @@ def train(
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet of `dear profile` (needed by --method dear)"),
     classes: str = typer.Option("base", help="classes trained on: base (base-to-novel) | all (transfer source)"),
+    shots: Optional[int] = typer.Option(None, help="few-shot learning: K shots per class, all classes (with --classes "
+                                                   "all and data/<ds>/fewshot-shots<K>-seed{seed}.parquet): the "
+                                                   "recipe's few_shot layers for K"),
     checkpoint: Optional[Path] = typer.Option(
         None, help="resumable checkpoint file (default: <output_root>/checkpoints/<out below the root>/ckpt.pt)"),
     params: Path = ParamsOption,
@@ -377,7 +381,7 @@ def train(
     """
     _run_stage("train", params, overrides, log,
                inputs=dict(method=method, dataset=dataset, seed=None, backbone=backbone, fewshot=fewshot, roles=roles,
-                           classes=classes),
+                           classes=classes, shots=shots),
                outputs=dict(folder=out, checkpoint=checkpoint), seeds=seed)
 
 
@@ -410,6 +414,8 @@ def evaluate(
     source: Path = typer.Option(..., help="prepared folder of the training dataset (data/<ds>)"),
     out: Path = typer.Option(..., help="output folder: eval.parquet and metrics.json"),
     classes: str = typer.Option("base", help="base: base-to-novel | all: the transfer protocols of study.*"),
+    shots: Optional[int] = typer.Option(None, help="few-shot learning (with --classes all): score the model trained "
+                                                   "on K shots on its own dataset's test split, all classes"),
     data: Path = typer.Option(Path("data"), help="folder of prepared datasets (transfer targets)"),
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
@@ -423,7 +429,7 @@ def evaluate(
     Correct/total counts per class for base-to-novel or the transfer protocols of study.*.
     """
     _run_stage("evaluate", params, overrides, log, inputs=dict(model=model, fusion=fusion, backbone=backbone, roles=roles,
-                                                    source=source, classes=_classes(classes), data=data),
+                                                    source=source, classes=_classes(classes), data=data, shots=shots),
                outputs=dict(folder=out), seeds=seed)
 
 
@@ -600,13 +606,20 @@ def compare(
 ) -> None:
     """Say which numbers moved beyond noise from RUN_A to RUN_B.
 
-    And which inputs differ (params, recipes, code, data, environment). Intervals and their level come from
-    --params (report section)."""
+    And which inputs differ (params, recipes, code, data, environment). Numbers of one run only are listed as not
+    paired; with nothing paired it says so and exits 1. Intervals and their level come from --params (report
+    section)."""
     _configure_logging(None)
+    from dear.compare import NothingPaired
+
     with _one_line_errors():
         from dear.compare import run
 
-        typer.echo(run(load_params(params), run_a, run_b), nl=False)
+        try:
+            typer.echo(run(load_params(params), run_a, run_b), nl=False)
+        except NothingPaired as err:  # the comparison says why on stdout; the error line and exit 1 follow
+            typer.echo(err.text, nl=False)
+            raise
 
 
 @app.command()
@@ -614,7 +627,7 @@ def recipe(
     params: Path = ParamsOption,
     method: Optional[str] = typer.Option(None, help="only this method's jobs"),
     dataset: Optional[str] = typer.Option(None, help="only jobs training on this dataset"),
-    protocol: Optional[str] = typer.Option(None, help="base_to_novel | transfer: only jobs of this protocol"),
+    protocol: Optional[str] = typer.Option(None, help="base_to_novel | transfer | few_shot: only jobs of this protocol"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (one object per job) for scripts"),
     overrides: Optional[List[str]] = SetOption,
 ) -> None:

@@ -8,6 +8,11 @@ images, with the report's intervals and verdict (dear.report.paired: run B
 takes the place of the method, run A of the baseline). Inputs: the params
 (every key that differs), each trained model's recipe and run hash, the
 code commits, the data manifests' hashes, the versions and devices.
+
+A number of one run only (a dataset, protocol, seed or method the other
+run did not score) cannot be paired: it is listed as such, never counted
+as a number that did not move; when nothing pairs up at all, the
+comparison says so and `dear compare` exits 1 (`NothingPaired`).
 """
 
 from __future__ import annotations
@@ -23,10 +28,19 @@ from dear.report import paired
 from dear.results import read_evals
 
 LOCATION_KEYS = ("output_root", "data.root", "model.cache_dir")  # where a run reads and writes, not what it computes
+UNPAIRED = "missing"  # paired.differences' verdict of a number one run lacks
+
+
+class NothingPaired(DearError):
+    """No number of one run has a partner in the other: `text` is the whole comparison, which says why."""
+
+    def __init__(self, message: str, text: str):
+        super().__init__(message)
+        self.text = text
 
 
 def run(params: Params, run_a: Path, run_b: Path) -> str:
-    """The comparison as Markdown (what `dear compare` prints)."""
+    """The comparison as Markdown (what `dear compare` prints); `NothingPaired` (with the text) when no number pairs."""
     a, b = _report_folder(run_a), _report_folder(run_b)
     record_a, record_b = _record(a), _record(b)
     lines = [f"# dear compare: {run_a} → {run_b}", "", "## Inputs that differ", ""]
@@ -34,7 +48,11 @@ def run(params: Params, run_a: Path, run_b: Path) -> str:
     moved = numbers(a, b, record_a, record_b, paired.Options(params.report.confidence,
                                                              params.report.bootstrap_resamples, params.report.std_ddof))
     lines += ["", "## Numbers", ""] + _numbers_text(moved, params.report.decimals, params.report.confidence)
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if not (moved["verdict"] != UNPAIRED).any():
+        raise NothingPaired(f"{run_a} and {run_b}: nothing could be paired ({len(moved)} numbers, each in one run "
+                            "only: other datasets, protocols, seeds or methods); compare runs of the same study", text)
+    return text
 
 
 def _report_folder(path: Path) -> Path:
@@ -137,8 +155,16 @@ def numbers(a: Path, b: Path, record_a: dict, record_b: dict, options: paired.Op
     """Every number of both runs' tables: B − A per method, paired by seed and test image, with a verdict."""
     evals_a = _output_rows(a, record_a)
     evals_b = _output_rows(b, record_b)
+    return paired_numbers(evals_a, evals_b, options)
+
+
+def paired_numbers(evals_a: pd.DataFrame, evals_b: pd.DataFrame, options: paired.Options) -> pd.DataFrame:
+    """B − A of every number either run holds (paired.COLUMNS less baseline); verdict `missing`: one run only.
+
+    A method of one run only gives its numbers as unpaired rows too (it was scored, its partner was not).
+    """
     frames = []
-    for method in sorted(set(evals_a["method"]) & set(evals_b["method"])):
+    for method in sorted(set(evals_a["method"]) | set(evals_b["method"])):
         both = pd.concat([evals_a[evals_a["method"] == method].assign(method="A"),
                           evals_b[evals_b["method"] == method].assign(method="B")], ignore_index=True)
         try:
@@ -147,8 +173,6 @@ def numbers(a: Path, b: Path, record_a: dict, record_b: dict, options: paired.Op
             raise DearError(f"{method}: the runs scored different test images, so no number pairs up "
                             f"({err})") from err
         frames.append(moved.assign(method=method).drop(columns="baseline"))
-    if not frames:
-        raise DearError(f"{a} and {b}: no method is in both runs; nothing to compare")
     return pd.concat(frames, ignore_index=True)
 
 
@@ -169,14 +193,20 @@ def _located(report: Path, path: str) -> Path:
                     "are still there")
 
 
-def _numbers_text(moved: pd.DataFrame, decimals: int, confidence: float) -> list[str]:
+def _numbers_text(every: pd.DataFrame, decimals: int, confidence: float) -> list[str]:
+    unpaired = every[every["verdict"] == UNPAIRED]
+    moved = every[every["verdict"] != UNPAIRED]
     real = moved[moved["verdict"].str.startswith(("better", "worse"))]
     changed = moved[(moved["mean"].abs() > 0) & ~moved.index.isin(real.index)]
     pct = f"{confidence:.0%}"
     lines = [f"Δ = B − A per seed (the same seeds, the same test images), averaged; {pct} intervals over seeds and "
              f"over test images; *beyond noise* when both exclude 0 (as the report's paired differences). "
              f"{len(moved)} numbers compared: {len(real)} moved beyond noise, {len(changed)} moved within noise, "
-             f"{len(moved) - len(real) - len(changed)} did not move.", ""]
+             f"{len(moved) - len(real) - len(changed)} did not move; {len(unpaired)} could not be paired "
+             "(in one run only).", ""]
+    if moved.empty:
+        lines += ["**Nothing could be paired**: no number of one run has a partner in the other (other datasets, "
+                  "protocols, seeds or methods; the inputs above say which). There is nothing to compare.", ""]
     for title, rows in (("Moved beyond noise", real), ("Moved within noise", changed)):
         lines += [f"### {title}", ""]
         if rows.empty:
@@ -185,10 +215,19 @@ def _numbers_text(moved: pd.DataFrame, decimals: int, confidence: float) -> list
         lines += ["| Method | Protocol | Dataset | Metric | Δ | seeds | images | verdict | n |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for row in rows.itertuples(index=False):
-            where = "base-to-novel" if row.protocol == "base_to_novel" else f"{row.protocol} from {row.source}"
-            lines.append(f"| {row.method} | {where} | {row.dataset} | {row.metric} | {row.mean:+.{decimals}f} | "
+            lines.append(f"| {row.method} | {_where(row)} | {row.dataset} | {row.metric} | {row.mean:+.{decimals}f} | "
                          f"[{row.seed_low:+.{decimals}f}, {row.seed_high:+.{decimals}f}] | "
                          f"[{row.image_low:+.{decimals}f}, {row.image_high:+.{decimals}f}] | {row.verdict} | "
                          f"{row.n_seeds} |")
         lines.append("")
+    if not unpaired.empty:
+        lines += ["### Could not be paired (one run only)", "", "| Method | Protocol | Dataset | Metric |",
+                  "| --- | --- | --- | --- |"]
+        lines += [f"| {row.method} | {_where(row)} | {row.dataset} | {row.metric} |"
+                  for row in unpaired.itertuples(index=False)]
+        lines.append("")
     return lines
+
+
+def _where(row) -> str:
+    return "base-to-novel" if row.protocol == "base_to_novel" else f"{row.protocol} from {row.source}"

@@ -38,10 +38,15 @@ def flat(params: Params) -> dict[str, Any]:
 
 
 def reads(params: Params, stage: str, method: str | None = None, dataset: str | None = None,
-          classes: str = "base") -> dict[str, Any]:
-    """The values job `stage` (method x dataset x classes where it has them) reads, resolved, by key."""
+          classes: str = "base", shots: int | None = None) -> dict[str, Any]:
+    """The values job `stage` (method x dataset x classes x shots where it has them) reads, resolved, by key."""
     values = flat(params)
     keys = STAGES[stage](params, values, method, dataset, classes)
+    if shots is not None and stage == "train":  # a few-shot run: its recipe's few_shot layers for K
+        recipe = params.train.recipe(method, dataset, "few_shot", shots)
+        keys = ["data.seeds", "compute.device", *recipe.keys_read]
+    if shots is not None and stage == "evaluate":  # its own dataset only, with the model's own prompt
+        keys = [*SCORING, "fusion.novel"]
     return {key: values.get(key) for key in sorted(dict.fromkeys(keys))}
 
 
@@ -65,8 +70,10 @@ def _backbone(params, values, method, dataset, classes) -> list[str]:
 
 
 def _prepare(params, values, method, dataset, classes) -> list[str]:
-    return [f"data.{key}" for key in ("source", "root", "seeds", "shots", "val_shots", "verify", "skip_bad",
+    keys = [f"data.{key}" for key in ("source", "root", "seeds", "shots", "val_shots", "verify", "skip_bad",
                                       "hash_content")]
+    few = params.study.few_shot_on
+    return keys + (["study.few_shot.shots"] if few is not None and dataset in few.datasets else [])
 
 
 def _profile(params, values, method, dataset, classes) -> list[str]:

@@ -172,8 +172,9 @@ class Train(Section):
     method: str = Field(description="default method of `dear train` when --method is not given")
     recipes: dict[str, Any] = Field(
         description="changes to the authors' recipes: `all` (every method that has the key) and one entry per "
-                    "recipe (zeroshot, coop, mmrl, dear, ...), each with keys, `datasets: {ds: {...}}` and "
-                    "`transfer: {...}`; `dear recipe` shows every value and its source")
+                    "recipe (zeroshot, coop, mmrl, dear, ...), each with keys, `datasets: {ds: {...}}`, "
+                    "`transfer: {...}` and `few_shot: {..., shots: {K: {...}}}`; `dear recipe` shows every value "
+                    "and its source")
     checkpoint_every: int = Field(ge=1, description="steps between resumable checkpoints")
 
     @field_validator("method")
@@ -181,11 +182,12 @@ class Train(Section):
     def _registered(cls, name: str) -> str:
         return _registered_method(name)
 
-    def recipe(self, method: str, dataset: str, protocol: str):
-        """The resolved recipe (`dear.methods.recipe.Recipe`) of one run: what the trainer and the model read."""
+    def recipe(self, method: str, dataset: str, protocol: str, shots: int | None = None):
+        """The resolved recipe (`dear.methods.recipe.Recipe`) of one run: what the trainer and the model read
+        (`shots`: the few_shot protocol's K)."""
         from dear.methods.recipe import resolve
 
-        return resolve(self.recipes, method, dataset, protocol)
+        return resolve(self.recipes, method, dataset, protocol, shots)
 
 
 def _registered_method(name: str) -> str:
@@ -222,8 +224,39 @@ class Transfer(Section):
     domain_generalization: list[str] = Field(description="domain-shifted copies of the source's classes")
 
 
+def _no_default(schema: dict) -> None:
+    """Leave a null default out of the JSON schema: Snakemake's validation would fill it in and then walk into it."""
+    schema.pop("default", None)
+
+
+class FewShot(Section):
+    @field_validator("shots")
+    @classmethod
+    def _distinct(cls, shots: list[int]) -> list[int]:
+        repeated = sorted({count for count in shots if shots.count(count) > 1})
+        if repeated:
+            raise ValueError(f"shot count {repeated[0]} is listed twice; list each once")
+        return shots
+
+    @field_validator("datasets")
+    @classmethod
+    def _once(cls, names: list[str]) -> list[str]:
+        if len(set(names)) != len(names):
+            raise ValueError("a dataset is listed twice; list each once")
+        return names
+
+    enabled: bool = Field(True, description="false: no few-shot job runs (study.few_shot: null does the same)")
+    datasets: list[str] = Field(min_length=1, description="datasets trained and tested on all their classes, "
+                                                          "once per shot count")
+    shots: list[Annotated[int, Field(ge=1)]] = Field(
+        [1, 2, 4, 8, 16], min_length=1,
+        description="training shots per class K, one run per K (validation: min(K, data.val_shots)); each K has its "
+                    "own draw, as Dassl's shot_K-seed_S.pkl")
+
+
 class Study(Section):
-    """What the pipeline runs: methods x seeds x the paper's three protocols (SPEC §8); each protocol can be off."""
+    """What the pipeline runs: methods x seeds x the paper's three protocols (SPEC §8) and few-shot learning;
+    each protocol can be off."""
 
     @field_validator("methods")
     @classmethod
@@ -239,11 +272,24 @@ class Study(Section):
                                                  "([]: no base-to-novel job)")
     transfer: Transfer | None = Field(description="one all-class model per method and seed, tested across datasets "
                                                   "and domains (null: no transfer job)")
+    few_shot: FewShot | None = Field(None, description="one model per method, dataset and shot count, trained and "
+                                                       "tested on all classes (null or absent: no few-shot job)",
+                                     json_schema_extra=_no_default)  # absent: off (Snakemake's validate fills no null)
 
     @property
     def transfer_on(self) -> Transfer | None:
         """The transfer protocols when they run, else None."""
         return self.transfer if self.transfer is not None and self.transfer.enabled else None
+
+    @property
+    def few_shot_on(self) -> FewShot | None:
+        """The few-shot protocol when it runs, else None."""
+        return self.few_shot if self.few_shot is not None and self.few_shot.enabled else None
+
+    def few_shot_runs(self) -> list[tuple[str, int]]:
+        """(dataset, K) of every few-shot run of one method, in config order."""
+        few = self.few_shot_on
+        return [(name, count) for name in few.datasets for count in few.shots] if few else []
 
 
 class Evaluate(Section):
@@ -374,6 +420,8 @@ def unprepared(data: Data, study: Study, profile: Profile) -> list[str]:
     """One line per dataset a key of the study or the profile names but data.datasets does not list."""
     transfer = study.transfer_on
     users = [*(("study.base_to_novel", name) for name in study.base_to_novel), ("profile.dataset", profile.dataset)]
+    if study.few_shot_on is not None:
+        users += [("study.few_shot.datasets", name) for name in study.few_shot_on.datasets]
     if transfer is not None:
         users += [("study.transfer.source", transfer.source),
                   *(("study.transfer.cross_dataset", name) for name in transfer.cross_dataset),

@@ -48,7 +48,7 @@ EVAL_SCHEMA = pa.schema([
     pa.field("method", pa.string()),      # one of dear.model.methods.METHODS
     pa.field("source", pa.string()),      # dataset the model was trained on
     pa.field("seed", pa.int64()),         # few-shot seed of the run
-    pa.field("protocol", pa.string()),    # one of PROTOCOLS
+    pa.field("protocol", pa.string()),    # one of PROTOCOLS, or few_shot_<K> (few_shot_protocol)
     pa.field("target", pa.string()),      # dataset evaluated
     pa.field("split", pa.string()),       # base | novel | all
     pa.field("stream", pa.string()),      # output | cls | <concept> | rep
@@ -60,26 +60,10 @@ EVAL_SCHEMA = pa.schema([
 ])
 
 PROTOCOLS = ("base_to_novel", "cross_dataset", "domain_generalization")
-FEW_SHOT = "few_shot_"  # + K: few-shot learning with K shots of every class (study.few_shot), one protocol per K
+FEW_SHOT = "few_shot"  # a few-shot run's rows: protocol few_shot_<K> (K training shots per class), split all
 OUTPUT = "output"  # the stream a method reports
 FUSED = "fused"    # the fused logits on every class, seen or not (the other inference on unseen classes)
 SPLITS_OF = {"base_to_novel": ("base", "novel"), "cross_dataset": ("all",), "domain_generalization": ("all",)}
-
-
-def few_shot_protocol(shots: int) -> str:
-    """The eval table's protocol of a few-shot run with `shots` shots per class: few_shot_<K>."""
-    return f"{FEW_SHOT}{int(shots)}"
-
-
-def shots_of(protocol: str) -> int | None:
-    """K of a few_shot_<K> protocol (K >= 1), None for any other protocol."""
-    rest = str(protocol).removeprefix(FEW_SHOT)
-    return int(rest) if rest != protocol and rest.isdigit() and int(rest) >= 1 and rest == str(int(rest)) else None
-
-
-def splits_of(protocol: str) -> tuple[str, ...]:
-    """The splits a protocol's rows may hold (few-shot runs: every class, split all)."""
-    return ("all",) if shots_of(protocol) is not None else SPLITS_OF[protocol]
 RUN_KEY = ["method", "source", "seed"]
 CELL_KEY = RUN_KEY + ["protocol", "target"]           # one model on one evaluated dataset
 SPLIT_KEY = CELL_KEY + ["split"]
@@ -96,11 +80,13 @@ def check_eval(frame: pd.DataFrame, where: str | os.PathLike) -> None:
         _fail(where, "no rows")
     bad_protocol = sorted(p for p in set(frame["protocol"]) if p not in PROTOCOLS and shots_of(p) is None)
     if bad_protocol:
-        _fail(where, f"unknown protocol {bad_protocol[0]!r} (expected one of {', '.join(PROTOCOLS)}, {FEW_SHOT}<K>)")
+        _fail(where, f"unknown protocol {bad_protocol[0]!r} (expected one of {', '.join(PROTOCOLS)} or "
+                     f"{FEW_SHOT}_<K>)")
     for protocol, rows in frame.groupby("protocol", sort=True):
-        bad_split = sorted(set(rows["split"]) - set(splits_of(protocol)))
+        splits = SPLITS_OF.get(protocol, ("all",))
+        bad_split = sorted(set(rows["split"]) - set(splits))
         if bad_split:
-            _fail(where, f"split {bad_split[0]!r} in protocol {protocol} (expected {' | '.join(splits_of(protocol))})")
+            _fail(where, f"split {bad_split[0]!r} in protocol {protocol} (expected {' | '.join(splits)})")
     own = frame[(frame["protocol"] == "base_to_novel") | frame["protocol"].map(lambda p: shots_of(p) is not None)]
     if (own["source"] != own["target"]).any():
         row = own[own["source"] != own["target"]].iloc[0]
@@ -121,6 +107,18 @@ def check_eval(frame: pd.DataFrame, where: str | os.PathLike) -> None:
 
 def _fail(where: str | os.PathLike, problem: str) -> None:
     raise DearError(f"{where}: {problem}; rerun `dear evaluate` for this run")
+
+
+def few_shot_protocol(shots: int) -> str:
+    """The protocol of a few-shot run's rows: few_shot_<K>, so runs of different K stay apart (CELL_KEY)."""
+    return f"{FEW_SHOT}_{shots}"
+
+
+def shots_of(protocol: str) -> int | None:
+    """K of a few_shot_<K> protocol, else None."""
+    head, _, count = str(protocol).rpartition("_")
+    ok = head == FEW_SHOT and count.isdigit() and count == str(int(count)) and int(count) >= 1
+    return int(count) if ok else None
 
 
 # --- writing (evaluate) and reading (report) -----------------------------------

@@ -26,13 +26,13 @@ def jobs(params: Params, method: str | None, dataset: str | None, protocol: str 
 
     if method is not None:
         entry(method)
-    picked = [(m, d, p) for m, d, p in training_jobs(params)
+    picked = [(m, d, p, k) for m, d, p, k in training_jobs(params)
               if (method is None or m == method) and (dataset is None or d == dataset)
               and (protocol is None or p == protocol)]
     if not picked:
         raise DearError(f"no training job of this config matches --method {method} --dataset {dataset} "
                         f"--protocol {protocol}; `dear recipe` without filters lists them all")
-    return [params.train.recipe(m, d, p) for m, d, p in picked]
+    return [params.train.recipe(m, d, p, k) for m, d, p, k in picked]
 
 
 def example_classes(params: Params, dataset: str) -> tuple[list[str], bool]:
@@ -58,7 +58,8 @@ def as_text(params: Params, recipes: list[Recipe], source: str) -> str:
              "ours (a config key, or our choice); '*' marks a value of ours replacing the authors'."]
     for recipe in recipes:
         spec = load(recipe.recipe)
-        lines += ["", f"{recipe.method} on {recipe.dataset} ({recipe.protocol.replace('_', '-')}): {spec.title}"]
+        shots = f", {recipe.shots} shots" if recipe.shots is not None else ""
+        lines += ["", f"{recipe.method} on {recipe.dataset} ({recipe.protocol.replace('_', '-')}{shots}): {spec.title}"]
         width = max(len(key) for key in recipe.settings)
         for key, setting in recipe.settings.items():
             value = json.dumps(setting.value)

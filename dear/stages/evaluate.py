@@ -3,6 +3,8 @@
 - base-to-novel (a model trained on a dataset's base classes): its test split,
   base classes with the fused logits, novel classes with the CLS stream alone
   (`fusion.novel: cls`, MMRL's decoupled inference) or the fused logits;
+- few-shot learning (`--shots K`, a model trained on K shots of every class):
+  its dataset's test split, all classes, fused (seen), as protocol few_shot_<K>;
 - cross-dataset and domain generalization (a model trained on all classes of
   the source): the source's own test split and every target's, each over the
   target's own class list and its own prompt (the method's recipe at that
@@ -43,7 +45,7 @@ from dear.methods import entry
 from dear.model.clip import load_backbone
 from dear.model.trained import load_trained, read_trained
 from dear.params import Params
-from dear.results import FUSED, OUTPUT, eval_frame, run_metrics, write_eval
+from dear.results import FUSED, OUTPUT, eval_frame, few_shot_protocol, run_metrics, write_eval
 
 log = logging.getLogger("dear.evaluate")
 
@@ -57,6 +59,7 @@ class Inputs:
     source: Path  # data/<source>: the dataset the model was trained on
     classes: str  # base: base-to-novel | all: cross-dataset / domain generalization
     data: Path  # folder of prepared datasets: transfer targets are data/<target> (study.* in params)
+    shots: int | None = None  # few-shot learning: the model's K; its own test split, all classes (few_shot_<K>)
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,9 @@ def _targets(params: Params, inputs: Inputs) -> list[Target]:
         return [Target("base_to_novel", name, subset, evaluation.image_set(source, source, "test", subset, where),
                        seen=subset == "base") for subset in ("base", "novel")]
     own = evaluation.image_set(source, source, "test", "all", where)
+    if inputs.shots is not None:
+        _check_few_shot_model(inputs)
+        return [Target(few_shot_protocol(inputs.shots), name, "all", own, seen=True)]
     targets = []
     transfer = params.study.transfer_on
     if transfer is not None and transfer.source == name:
@@ -166,6 +172,15 @@ def _targets(params: Params, inputs: Inputs) -> list[Target]:
         raise DearError(f"--source {inputs.source}: {name} is not study.transfer.source (or the transfer protocols "
                         "are off); use --classes base, or set study.transfer.source")
     return targets
+
+
+def _check_few_shot_model(inputs: Inputs) -> None:
+    """--shots K scores a model trained on K shots of every class of this dataset, nothing else."""
+    record = read_trained(inputs.model)
+    if inputs.classes != "all" or record.get("shots") != inputs.shots or record["dataset"] != inputs.source.name:
+        raise DearError(f"--shots {inputs.shots}: {inputs.model} was trained on {record['dataset']} "
+                        f"({record.get('classes')} classes, shots {record.get('shots')}), not on {inputs.shots} shots of "
+                        f"every class of {inputs.source.name}; pass --classes all and the model `dear train --shots` made")
 
 
 def _manifests(inputs: Inputs, targets: list[Target]) -> dict[str, Path]:
