@@ -212,6 +212,8 @@ def work(params: Params, job: str) -> float:
         if method in TRAINS_NOTHING:
             return 0.0
         classes = size(params, dataset).classes
+        if method in FITS_FEATURES:  # one forward pass of its K training and min(K, val_shots) validation shots
+            return seeds * (shots + min(shots, params.data.val_shots)) * classes * image
         resolved = params.train.recipe(method, dataset, "few_shot", shots)
         epochs, batch = int(resolved.get("epochs", 0)), int(resolved.get("batch_size", 1))
         images = shots * classes

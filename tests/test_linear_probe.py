@@ -257,3 +257,35 @@ def test_transfer_scores_the_source_and_leaves_other_datasets_classes_unscored(p
     assert set(table["target"]) == {"world_objects"} and set(table["protocol"]) == {"cross_dataset"}
     assert table[table["stream"] == "output"]["label"].tolist() == [0, 1, 2, 3]
     assert "cross_dataset world_objects_b all not scored: a linear probe has a classifier only" in result.output
+
+
+def test_the_few_shot_protocol_end_to_end_with_the_linear_probe_in_the_report(project, tmp_path):
+    """prepare's K-shot table, train/fuse/evaluate --shots K --classes all, then the report's few-shot table."""
+    root, _ = project
+    raw = yaml.safe_load((root / "params.yaml").read_text())
+    raw["study"]["few_shot"] = {"datasets": ["world_objects"], "shots": [1, 2]}
+    raw["report"].update(methods=["zeroshot", "linear_probe"], compare="linear_probe")
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    invoke("prepare", "--params", params, "--dataset", "world_objects", "--out", tmp_path / "data/world_objects")
+    evals = []
+    for k in (1, 2):
+        fewshot = tmp_path / f"data/world_objects/fewshot-shots{k}-seed1.parquet"
+        run = tmp_path / f"fewshot/linear_probe/world_objects/shots{k}"
+        invoke("train", "--params", params, "--method", "linear_probe", "--dataset", "world_objects", "--seed", 1,
+               "--backbone", root / "backbone", "--fewshot", fewshot, "--classes", "all", "--shots", k,
+               "--out", run / "train", "--checkpoint", tmp_path / "ckpt.pt")
+        assert torch.load(run / "train/model.pt", weights_only=False)["state"]["probe.weight"].shape[0] == 4  # all
+        invoke("fuse", "--params", params, "--model", run / "train/model.pt", "--fewshot", fewshot, "--classes", "all",
+               "--backbone", root / "backbone", "--out", run / "fusion.json")
+        invoke("evaluate", "--params", params, "--model", run / "train/model.pt", "--fusion", run / "fusion.json",
+               "--source", tmp_path / "data/world_objects", "--classes", "all", "--shots", k, "--data",
+               tmp_path / "data", "--backbone", root / "backbone", "--out", run / "eval")
+        evals.append(run / "eval/eval.parquet")
+        assert set(pq.read_table(evals[-1]).to_pandas()["protocol"]) == {f"few_shot_{k}"}
+    invoke("report", "--params", params, "--out", tmp_path / "report", "--evals", *evals)
+    markdown = (tmp_path / "report/results.md").read_text()
+    table = markdown.split("## Few-shot learning", 1)[1].split("### world_objects", 1)[0]
+    assert "| Method | 1 shot | 2 shots | n |" in table and "| linear_probe | " in table
+    assert "| zeroshot | — | — | 0 |" in table  # listed, not run: missing, never 0
+    assert (tmp_path / "report/few_shot.png").read_bytes().startswith(b"\x89PNG")
