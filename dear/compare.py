@@ -110,7 +110,7 @@ def _show(value) -> str:
 
 def _recipes(a: list[dict], b: list[dict]) -> list[str]:
     """Trained runs (method, dataset, classes, seed) whose recipe or run hash differ, with the recipe keys."""
-    key = lambda m: (m["method"], m["dataset"], m["classes"], m["seed"])  # noqa: E731
+    key = lambda m: (m["method"], m["dataset"], m["classes"], m.get("shots"), m["seed"])  # noqa: E731
     old, new = {key(m): m for m in a}, {key(m): m for m in b}
     both = sorted(set(old) & set(new), key=str)
     hashes = [k for k in both if old[k]["params_sha256"] != new[k]["params_sha256"]]

@@ -98,6 +98,7 @@ def read_model(path: Path) -> dict:
     recipe = meta.get("recipe")
     return {"file": str(path), "method": method.get("name") if isinstance(method, dict) else method,
             "dataset": meta.get("dataset"), "classes": meta.get("classes"), "seed": meta.get("seed"),
+            **({"shots": meta["shots"]} if meta.get("shots") is not None else {}),  # a few-shot run's K
             "params_sha256": meta.get("params_sha256"),
             "recipe": recipe if recipe is not None else {"train (recorded section)": made_by.get("params", {})
                                                          .get("train")},
@@ -228,7 +229,9 @@ def _recipes(models: list[dict]) -> list[str]:
             continue  # a model.pt from before recipes were recorded: record.json keeps its train section
         values = [str(settings.get(key, {}).get("value", "—")) for key in RECIPE_COLUMNS]
         differs = [f"{key} {s['value']} (authors {s['authors']})" for key, s in sorted(settings.items()) if "authors" in s]
-        rows[(model["method"], model["dataset"], model["recipe"].get("protocol", model["classes"]))] = \
+        protocol = model["recipe"].get("protocol", model["classes"])
+        shots = model["recipe"].get("shots")  # few-shot runs: one row per shot count K
+        rows[(model["method"], model["dataset"], protocol if shots is None else f"{protocol} {shots}")] = \
             values + ["; ".join(differs) or "none"]
     if not rows:
         return []

@@ -502,7 +502,29 @@ RECORD = [
          setup=_crafted("model.pt")),
 ]
 
-CASES = PARAMS + YAML + NUMBERS + FILESYSTEM + IMAGES + DATA + LOADING + RECORD
+def _few_shot(section) -> Callable[[dict], None]:
+    return lambda raw: raw["study"].__setitem__("few_shot", section)
+
+
+FEW_SHOT = [  # study.few_shot and the few-shot runs' --shots
+    params_case("few-shot-dataset-unprepared", "prepare", "study.few_shot.datasets names a dataset data.datasets lacks",
+                _few_shot({"datasets": ["dtd"], "shots": [1]}), ["study.few_shot.datasets uses dtd",
+                                                                 "add dtd to data.datasets"]),
+    params_case("few-shot-shots-repeated", "prepare", "study.few_shot.shots: [1, 1]",
+                _few_shot({"datasets": ["world_objects"], "shots": [1, 1]}), ["study.few_shot.shots", "twice"]),
+    Case("shots-table-mismatch-train", "train", "--shots 1 with data.shots' table (2 shots per class)",
+         ["not --shots 1", "fewshot-shots1-seed<S>.parquet"],
+         lambda i: with_params(["train", "--method", "coop", "--dataset", "world_objects", "--classes", "all",
+                                "--shots", "1", "--backbone", i.backbone, "--fewshot", i.fewshot, "--out", "out",
+                                "--checkpoint", "ckpt/ckpt.pt"], str(i.params))),
+    Case("shots-model-mismatch-evaluate", "evaluate", "--shots 2 on a model trained on base classes (no --shots)",
+         ["--shots 2", "not on 2 shots of every class", "dear train --shots"],
+         lambda i: with_params(["evaluate", "--model", i.model, "--fusion", i.fusion, "--backbone", i.backbone,
+                                "--source", i.data, "--classes", "all", "--shots", "2", "--data", i.data.parent,
+                                "--out", "out"], str(i.params))),
+]
+
+CASES = PARAMS + YAML + NUMBERS + FILESYSTEM + IMAGES + DATA + LOADING + RECORD + FEW_SHOT
 
 
 # --- running one ------------------------------------------------------------------------------

@@ -268,9 +268,16 @@ def test_a_study_with_every_protocol_off_is_refused(tmp_path):
     params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
                   study={"base_to_novel": [], "transfer": None})
     found = [finding.text for finding in check_file(params)[1]]
-    assert found == ["study.base_to_novel is empty and the transfer protocols are off (study.transfer): nothing would "
-                     "be trained; list datasets in study.base_to_novel, or switch study.transfer on"]
+    assert found == ["study.base_to_novel is empty and the transfer and few-shot protocols are off (study.transfer, "
+                     "study.few_shot): nothing would be trained; list datasets in study.base_to_novel, or switch "
+                     "study.transfer or study.few_shot on"]
     assert check_file(edit(params, study={"base_to_novel": ["world_objects"]}))[1] == []
+    few = {"datasets": ["world_objects"], "shots": [1, 2]}
+    alone = edit(params, study={"base_to_novel": [], "few_shot": few})
+    assert check_file(alone)[1] == [], "few-shot learning alone is a study"
+    off = [finding.text for finding in check_file(edit(params, study={"few_shot": {**few, "enabled": False}}))[1]]
+    assert off == found
+    edit(params, study={"base_to_novel": ["world_objects"], "few_shot": None})
     disabled = {"enabled": False, "source": "nowhere", "cross_dataset": [], "domain_generalization": []}
     assert check_file(edit(params, study={"transfer": disabled}))[1] == [], "a protocol that is off names no dataset"
 

@@ -341,9 +341,9 @@ def _override_blocks(recipes: dict, name: str, dataset: str, protocol: str, shot
         if protocol == "few_shot":
             few = block.get("few_shot") or {}
             yield f"{where}.few_shot", {k: v for k, v in few.items() if k != "shots"}
-            per_k = few.get("shots") or {}
-            if shots in per_k:
-                yield f"{where}.few_shot.shots.{shots}", per_k[shots] or {}
+            for count, block in (few.get("shots") or {}).items():
+                if shot_count(count) == shots:
+                    yield f"{where}.few_shot.shots.{shots}", block or {}
 
 
 def problems(recipes: Any) -> list[str]:
@@ -400,11 +400,20 @@ def _few_shot_problems(block: Any, where: str, keys: dict[str, dict[str, Key]]) 
     if not isinstance(per_k, dict):
         return [*found, f"{where}.shots: must map shot counts (1, 2, 4, ...) to changes"]
     for count, inner in per_k.items():
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        if shot_count(count) is None:
             found.append(f"{where}.shots.{count}: {count!r} is not a shot count (an integer >= 1)")
             continue
         found += _block_problems(inner, f"{where}.shots.{count}", keys, top=False)
     return found
+
+
+def shot_count(key: Any) -> int | None:
+    """K of a `few_shot.shots` key: an integer >= 1, or its digits as text (JSON keeps mapping keys as text)."""
+    if isinstance(key, bool):
+        return None
+    if isinstance(key, str) and key.isdigit() and key == str(int(key)):
+        key = int(key)
+    return key if isinstance(key, int) and key >= 1 else None
 
 
 def _value_problems(key: str, value: Any, where: str, keys: dict[str, dict[str, Key]]) -> list[str]:
