@@ -81,12 +81,17 @@ class MethodModel(nn.Module):
     @torch.no_grad()
     def frozen_image(self, prefix: torch.Tensor) -> torch.Tensor:
         """The untouched model's normalized CLS feature [B, E] from the frozen prefix [B, 1+N, D]."""
+        return F.normalize(self.frozen_embedding(prefix), dim=-1)
+
+    @torch.no_grad()
+    def frozen_embedding(self, prefix: torch.Tensor) -> torch.Tensor:
+        """The untouched model's image embedding [B, E], unnormalized (encode_image), from the frozen prefix."""
         x = prefix
         blocks = self.vision.blocks[self.frozen_depth:]
         cls = torch.zeros(1, dtype=torch.long, device=x.device)
         for i, block in enumerate(blocks):
             x = oc.block_forward(block, x, rows=cls if i == len(blocks) - 1 else None)  # last: [B, 1, D]
-        return F.normalize(oc.image_embedding(self.clip, x[:, 0]), dim=-1)
+        return oc.image_embedding(self.clip, x[:, 0])
 
     # --- text side -------------------------------------------------------------------
 

@@ -32,7 +32,6 @@ import torch
 
 from dear.errors import DearError
 from dear.methods.base import MethodModel
-from dear.model import internals as oc
 
 log = logging.getLogger("dear.methods.linear_probe")
 
@@ -56,12 +55,12 @@ def classifier(c: float, max_iter: int):
 def search(train_x: np.ndarray, train_y: np.ndarray, val_x: np.ndarray, val_y: np.ndarray,
            grid: list[float], steps: int, max_iter: int) -> Search:
     """C searched on the validation shots as lpclip/linear_probe.py searches it. x: [N, E], y: [N]."""
+    from sklearn.exceptions import ConvergenceWarning
+
     tried: list[tuple[float, float]] = []
 
     def fit(c: float):
-        with warnings.catch_warnings():  # lpclip's large C does not converge in max_iter on separable shots
-            warnings.simplefilter("ignore", category=UserWarning)
-            from sklearn.exceptions import ConvergenceWarning
+        with warnings.catch_warnings():  # lpclip's large C stops at max_iter on separable shots, as theirs does
             warnings.simplefilter("ignore", category=ConvergenceWarning)
             model = classifier(c, max_iter).fit(train_x, train_y)
         accuracy = float(np.sum(model.predict(val_x) == val_y) / len(val_y))
@@ -123,12 +122,7 @@ class LinearProbe(MethodModel):
 
     def encode(self, prefix: torch.Tensor) -> torch.Tensor:
         """lpclip's feature: the image embedding, unnormalized [B, 1, E], from the frozen prefix."""
-        x = prefix
-        cls = torch.zeros(1, dtype=torch.long, device=x.device)
-        blocks = self.vision.blocks[self.frozen_depth:]
-        for i, block in enumerate(blocks):
-            x = oc.block_forward(block, x, rows=cls if i == len(blocks) - 1 else None)  # last: [B, 1, D]
-        return oc.image_embedding(self.clip, x[:, 0])[:, None]
+        return self.frozen_embedding(prefix)[:, None]
 
     def fit(self, train_x: torch.Tensor, train_y: list[int], val_x: torch.Tensor, val_y: list[int],
             classnames: list[str]) -> Search:
@@ -158,7 +152,8 @@ class LinearProbe(MethodModel):
             unknown = sorted(set(classnames) - set(self._names))
             raise DearError(f"linear probe: no classifier for classes it was not fitted on ({unknown[:3]}...); "
                             "a linear probe scores only the classes of its training shots")
-        rows = torch.tensor([self._names.index(name) for name in classnames], device=self.weight.device)
+        index = {name: row for row, name in enumerate(self._names)}
+        rows = torch.tensor([index[name] for name in classnames], device=self.weight.device)
         weight, bias = self.weight[rows], self.bias[rows]  # [C, E], [C]
         return (features.double() @ weight.T + bias).float()  # [B, 1, C]
 
