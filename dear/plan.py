@@ -9,7 +9,8 @@ files and its params) to the planned config, stage by stage:
 passes (from the architecture's config: layers, width, tokens):
 - train: per seed, epochs × the training images (shots × classes trained)
   × 3 (forward and backward) × an image's GFLOPs, plus each step's prompts
-  (one per class) × 3 × a prompt's GFLOPs; zero-shot trains nothing;
+  (one per class) × 3 × a prompt's GFLOPs; zero-shot trains nothing; the
+  linear probe: one forward pass of its training and validation shots;
 - fuse: per seed, the validation images and one prompt per class;
 - evaluate: per seed, the test images of every dataset scored and one
   prompt per class of each;
@@ -58,6 +59,7 @@ from dear.params import Params, validate, world_needed
 from dear.probe import arch_config
 
 TRAINS_NOTHING = ("zeroshot",)
+FITS_FEATURES = ("linear_probe",)  # train encodes its training and validation shots once, then fits on CPU
 # CoOp's split sizes (classes, all images listed, test images), for a config whose data.root is not there yet
 # (the paper config's placeholder): CoOp's DATASETS.md / the CoOp paper's dataset table; ImageNet's test = its val.
 COOP_SIZES = {
@@ -210,6 +212,8 @@ def work(params: Params, job: str) -> float:
         if method in TRAINS_NOTHING:
             return 0.0
         classes = size(params, dataset).classes
+        if method in FITS_FEATURES:  # one forward pass of its K training and min(K, val_shots) validation shots
+            return seeds * (shots + min(shots, params.data.val_shots)) * classes * image
         resolved = params.train.recipe(method, dataset, "few_shot", shots)
         epochs, batch = int(resolved.get("epochs", 0)), int(resolved.get("batch_size", 1))
         images = shots * classes
@@ -229,6 +233,8 @@ def work(params: Params, job: str) -> float:
         if method in TRAINS_NOTHING:
             return 0.0
         classes = _classes(params, dataset, transfer)
+        if method in FITS_FEATURES:  # one forward pass of each shot, no text tower (the fits: seconds)
+            return seeds * (params.data.shots + params.data.val_shots) * classes * image
         epochs, batch = recipe(params, method, dataset, transfer)
         images = params.data.shots * classes
         steps = epochs * math.ceil(images / batch)

@@ -23,6 +23,9 @@ Conventions the table must keep (checked by `check_eval`):
   `label` indexes the dataset's full class list.
 - protocols `cross_dataset` and `domain_generalization`: split `all`; a row
   with `target == source` is the source dataset itself, averages leave it out.
+- protocol `few_shot_<K>` (`few_shot_protocol(K)`, K >= 1): a model trained on K
+  shots of every class of a dataset, tested on all its classes: split `all`,
+  `target == source`; one protocol per K, so the runs of every K stay apart.
 - `0 <= correct <= total`, `total >= 1`, no class counted twice;
   `hits` holds `total` entries of which `correct` are true.
 """

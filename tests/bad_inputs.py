@@ -347,6 +347,13 @@ def _fewshot_with(inputs: Inputs, here: Path, split: str, path: str) -> None:
     write_parquet(here / "fewshot-seed1.parquet", table, FEWSHOT_SCHEMA)
 
 
+def _fewshot_without(inputs: Inputs, here: Path, split: str) -> None:
+    """A copy of the few-shot table without its `split` shots."""
+    table = pq.read_table(inputs.fewshot)
+    keep = pa.array([value != split for value in table["fewshot_split"].to_pylist()])
+    write_parquet(here / "fewshot-seed1.parquet", table.filter(keep), FEWSHOT_SCHEMA)
+
+
 def _source_with(inputs: Inputs, here: Path, path: str, content: bytes | None) -> None:
     """A copy of the prepared dataset whose first test image is `path` (absent, or holding `content`)."""
     shutil.copytree(inputs.data, here / "data" / "world_objects")
@@ -383,6 +390,12 @@ IMAGES = [
                                 "--out", "out/fusion.json"], str(i.params)),
          setup=lambda i, here, patch: (_fewshot_with(i, here, "val", "gone.png"),
                                        shutil.copy(i.data / "manifest.parquet", here / "manifest.parquet")) and None),
+    Case("no-val-shots-linear-probe", "train", "linear_probe on a few-shot table without validation shots",
+         ["no validation shots of the base classes", "linear_probe searches its C on them"],
+         lambda i: with_params(["train", "--method", "linear_probe", "--dataset", "world_objects", "--backbone",
+                                i.backbone, "--fewshot", "fewshot-seed1.parquet", "--out", "out", "--checkpoint",
+                                "ckpt/ckpt.pt"], str(i.params)),
+         setup=lambda i, here, patch: _fewshot_without(i, here, "val")),
     Case("missing-test-image-evaluate", "evaluate", "a test image listed in the manifest is gone",
          ["test image(s) not found", "gone.png"], _evaluate_on("data/world_objects"),
          setup=lambda i, here, patch: _source_with(i, here, "gone.png", None)),

@@ -32,6 +32,8 @@ def test_a_training_jobs_work_grows_with_seeds_epochs_shots_and_classes(tmp_path
     expected = 2 * (epochs * images * 3 * image + epochs * math.ceil(images / batch) * base * 3 * prompt)
     assert work(params, "train/coop/world_objects") == pytest.approx(expected)
     assert work(params, "train/zeroshot/world_objects") == 0.0
+    shots = params.data.shots + params.data.val_shots  # the linear probe: one forward pass of each shot, no epochs
+    assert work(params, "train/linear_probe/world_objects") == pytest.approx(2 * shots * base * image)
     raw = yaml.safe_load((tmp_path / "params.yaml").read_text())
     raw["data"]["seeds"] = [1, 2, 3, 4]
     (tmp_path / "more.yaml").write_text(yaml.safe_dump(raw))

@@ -29,7 +29,7 @@ def test_the_smoke_config_is_written_from_params_yaml():
 
 def test_the_smoke_study_runs_the_demo_s_methods_and_every_protocol():
     smoke, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (PATH, "params.yaml"))
-    assert smoke["study"]["methods"] == demo["study"]["methods"]
+    assert smoke["study"]["methods"] == ["zeroshot", "linear_probe", *demo["study"]["methods"][1:]]  # and lpclip
     depths = {("maple", "prompt_depth"), ("promptsrc", "vision_depth"), ("promptsrc", "text_depth")}  # tiny's 2 layers
     for recipe in (smoke, demo):
         for method, key in depths:
@@ -51,9 +51,11 @@ def test_the_demo_s_few_shot_config_is_the_demo_with_its_protocol_alone_and_make
 
     assert (ROOT / DEMO_FEWSHOT_PATH).read_text() == demo_fewshot_text(ROOT), "stale: run `python -m dear.docs`"
     few, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (DEMO_FEWSHOT_PATH, "params.yaml"))
-    for section in ("world", "backbone", "model", "train", "profile", "report"):  # the demo's world and backbone
+    for section in ("world", "backbone", "model", "train", "profile"):  # the demo's world and backbone
         assert few[section] == demo[section], section
-    assert few["study"]["methods"] == demo["study"]["methods"] and few["data"]["seeds"] == [1]
+    lpclip = ["zeroshot", "linear_probe", *demo["study"]["methods"][1:]]  # the demo's methods and the linear probe
+    assert few["study"]["methods"] == lpclip and few["report"] == {**demo["report"], "methods": lpclip}
+    assert few["data"]["seeds"] == [1]
     assert few["study"]["few_shot"] == {"datasets": ["world_objects_sketch"], "shots": [1, 4, 16]}
     assert few["study"]["base_to_novel"] == [] and few["study"]["transfer"] is None
     assert "few_shot" not in demo["study"]  # the demo's own study stays as it is

@@ -2,7 +2,7 @@
 
 The smoke study runs every stage of every protocol of the demo, and few-shot
 learning (one dataset, two shot counts), with the demo's methods
-(`study.methods`) and recipes, on the tiny world and
+(`study.methods`) and linear_probe (EXTRA_METHODS), and the demo's recipes, on the tiny world and
 backbone of the tests (`dear.data.world.tiny_params`): one seed, two shots,
 three datasets (one base-to-novel set that is also the transfer source, one
 cross-dataset target, one domain-shift target). Its report says at the top
@@ -47,6 +47,19 @@ SMOKE = {  # dotted key: the smoke study's value (the tiny world has 8 objects o
     "train.recipes.promptsrc.vision_depth": 2,
     "train.recipes.promptsrc.text_depth": 2,
 }
+EXTRA_METHODS = ("linear_probe",)  # run by the smoke and few-shot studies, not by the demo (its results stay as they are)
+
+
+def with_extra_methods(raw: dict) -> dict:
+    """`raw` with EXTRA_METHODS in study.methods and report.methods, after zeroshot (in place; returned)."""
+    for section in ("study", "report"):
+        methods = raw[section]["methods"]
+        for name in EXTRA_METHODS:
+            if name not in methods:
+                methods.insert(methods.index("zeroshot") + 1 if "zeroshot" in methods else 0, name)
+    return raw
+
+
 HEADER = """\
 # The smoke study: every stage of every protocol of the demo, on the tiny world and backbone
 # of the tests, in about three minutes on two cores (`make smoke`). ITS NUMBERS MEAN NOTHING:
@@ -55,7 +68,7 @@ HEADER = """\
 #   snakemake --cores 2 --configfile configs/smoke.yaml        (what `make smoke` runs)
 #   python workflow/scripts/dvc_study.py configs/smoke.yaml && dvc repro smoke/dvc.yaml
 # Written by `python -m dear.docs` from params.yaml (the demo) and dear/docs/smoke.py: edit those,
-# not this file; every value not changed there is the demo's, the methods included.
+# not this file; every value not changed there is the demo's, the methods included (and linear_probe).
 """
 
 
@@ -63,7 +76,7 @@ def smoke_params(demo: dict) -> dict:
     """The smoke study's params: the demo's (`demo`, params.yaml as read) with the tiny sections and SMOKE."""
     raw = copy.deepcopy(demo)
     raw.update(copy.deepcopy(tiny_params()))
-    return _changed(raw, SMOKE)
+    return with_extra_methods(_changed(raw, SMOKE))
 
 
 def _changed(raw: dict, changes: dict) -> dict:
@@ -96,7 +109,7 @@ DEMO_FEWSHOT = {  # dotted key: its value; every other key is the demo's (world,
     "study.few_shot": {"datasets": ["world_objects_sketch"], "shots": [1, 4, 16]},
 }
 DEMO_FEWSHOT_HEADER = """\
-# The demo's few-shot figure: every method of the demo trained on 1, 4 and 16 shots of every class of
+# The demo's few-shot figure: every method of the demo and linear_probe, trained on 1, 4 and 16 shots of every class of
 # world_objects_sketch, one seed, scored on its test split (`make demo-fewshot`; outputs in demo-fewshot/).
 # The world and the backbone are the demo's values (the same world, the same pretraining), the base-to-novel
 # and transfer protocols are off. Written by `python -m dear.docs` from params.yaml and dear/docs/smoke.py
@@ -109,7 +122,8 @@ DEMO_FEWSHOT_HEADER = """\
 def demo_fewshot_text(root: Path) -> str:
     """configs/demo-fewshot.yaml as `python -m dear.docs` writes it."""
     demo = yaml.safe_load((root / "params.yaml").read_text())
-    return DEMO_FEWSHOT_HEADER + yaml.safe_dump(_changed(copy.deepcopy(demo), DEMO_FEWSHOT), sort_keys=False, width=120)
+    raw = with_extra_methods(_changed(copy.deepcopy(demo), DEMO_FEWSHOT))
+    return DEMO_FEWSHOT_HEADER + yaml.safe_dump(raw, sort_keys=False, width=120)
 
 
 GENERATED = {PATH: smoke_text, DEMO_FEWSHOT_PATH: demo_fewshot_text}  # the configs `python -m dear.docs` writes

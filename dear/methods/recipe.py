@@ -86,7 +86,7 @@ class Key:
             return None
         if kind == "float":
             return float(value)
-        if kind == "float[2]":
+        if kind in ("float[2]", "float[]"):
             return [float(v) for v in value]
         return value
 

@@ -21,6 +21,9 @@ then scored both ways in this one pass (SPEC §6). Every count comes with
 the per-image hits the report's paired bootstrap needs.
 
 Images of each target are encoded once; text features once per class list.
+A method scores only the class lists it can (`MethodModel.can_score`): a
+linear probe has no rows for novel classes or another dataset's, so those
+targets get no rows (the report shows "—" and says why).
 Writes `eval.parquet` (dear.results.EVAL_SCHEMA: correct, total per class)
 and `metrics.json` (the run's percentages, computed from those counts).
 """
@@ -38,6 +41,7 @@ from dear import evaluation
 from dear.data.manifest import read_manifest
 from dear.errors import DearError
 from dear.io import output_folder, provenance, read_json, sha256_json, write_json
+from dear.methods import entry
 from dear.model.clip import load_backbone
 from dear.model.trained import load_trained, read_trained
 from dear.params import Params
@@ -86,6 +90,10 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     reuse = evaluation.Reuse(sha, params.evaluate.reuse_mb) if sha else None
     rows, encoded = [], {}
     for target in targets:
+        if not model.can_score(target.images.classnames):  # a linear probe on classes it was not fitted on
+            log.info("%s: %s %s %s not scored: %s", model.name, target.protocol, target.name, target.split,
+                     entry(model.name).scores or "the method has no logits for these classes")
+            continue
         key = (target.name, target.split)
         if key not in encoded:  # the source's own test images serve both transfer protocols
             encoded[key] = evaluation.encode_images(model, target.images, transform, params.evaluate.batch_size,

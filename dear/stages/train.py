@@ -10,7 +10,9 @@ protocol) and is what the trainer reads. Writes into the output folder
 method's own loss terms as loss_<term> columns). The resumable checkpoint
 lives at `Outputs.checkpoint`, outside the declared outputs, and is removed
 once both outputs are written. `zeroshot` trains nothing and writes the same
-two files (an empty log).
+two files (an empty log); `linear_probe` fits its classifier on the shots'
+frozen features (dear/train/features.py), also with an empty log: its C
+search is in model.pt.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dear.io import check_output_file, output_folder, provenance, sha256_file, s
 from dear.model import internals as oc
 from dear.model.trained import backbone_sha256, read_roles, save_trained
 from dear.params import Params
-from dear.train import trainer
+from dear.train import features, trainer
 from dear.train.data import check_images_exist, training_shots
 
 log = logging.getLogger("dear.train")
@@ -110,7 +112,13 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     model = create(name, backbone, recipe, roles, seed=inputs.seed)
     run_hash = _run_hash(params, name, recipe, inputs, sha, roles_sha)
     rows = []
-    if model.trains:
+    if model.fits_features:  # the linear probe: a classifier fitted on the shots' frozen features, no steps
+        check_images_exist(shots, inputs.fewshot)
+        found = features.fit(model, shots, inputs.fewshot, inputs.classes, params.compute, params.evaluate.batch_size,
+                             f"train {name}")
+        log.info("%s on %s: C %.4g of %d tried on the validation shots (accuracy %.1f%%)", name, inputs.dataset,
+                 found.c, len(found.tried), 100 * dict(found.tried)[found.c])
+    elif model.trains:
         check_images_exist(shots, inputs.fewshot)
         log.info("%s on %s (%s): %s", name, inputs.dataset, recipe.protocol, _recipe_line(recipe))
         rows = trainer.fit(trainer.Run(
