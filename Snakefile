@@ -14,6 +14,7 @@ include: "workflow/rules/prepare.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/fewshot.smk"
 include: "workflow/rules/report.smk"
 
 rule all:

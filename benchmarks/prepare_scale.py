@@ -13,6 +13,14 @@ Prints files/s, seconds, the ratio to the baseline, seconds extrapolated to
 
     .venv/bin/python benchmarks/prepare_scale.py            # 100k images (default)
     .venv/bin/python benchmarks/prepare_scale.py --full     # 1.28 M images (~1-2 min to build)
+    .venv/bin/python benchmarks/prepare_scale.py --layouts  # ImageFolder vs CoOp's JSON, same 100k files
+
+`--layouts` lays the same files out twice (hard links): as an ImageFolder
+(`train/<class>/`, `test/<class>/`, declared under `data.custom`, validation
+carved from train) and as a CoOp split JSON (`world_objects`' built-in reader:
+train, val and test listed in the file), and times the whole stage on each
+with `data.verify: none` (the listing, the carving, the tables; no image is
+opened), printing the ratio ImageFolder / JSON.
 
 The files are in the page cache after building, so these are CPU-bound figures;
 a cold network file system adds its own latency per file.
@@ -83,6 +91,60 @@ def peak_mib() -> tuple[float, float]:
     return own, children
 
 
+def build_pair(root: Path, n_files: int, n_classes: int) -> tuple[dict, float]:
+    """The same n_files as an ImageFolder (root/folder) and a CoOp JSON dataset (root/world_objects); seconds."""
+    import json
+
+    start = time.perf_counter()
+    json_dir = root / "world_objects" / "images"
+    split = {"train": [], "val": [], "test": []}
+    for label in range(n_classes):
+        name = f"class_{label:04d}"
+        source = root / "source" / f"{name}.png"
+        source.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 8), (label % 256, 80, 160)).save(source)
+        count = n_files // n_classes + (1 if label < n_files % n_classes else 0)
+        n_test = count // 5
+        for index in range(count):
+            folder_split = "test" if index < n_test else "train"
+            json_split = "test" if index < n_test else "val" if index < 2 * n_test else "train"
+            file = f"{name}/{index:06d}.png"
+            for target in (root / "folder" / folder_split / file, json_dir / file):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.link(source, target)
+            split[json_split].append([file, label, name])
+    (root / "world_objects" / "split_zhou_world_objects.json").write_text(json.dumps(split))
+    return {"format": "imagefolder", "path": str(root / "folder")}, time.perf_counter() - start
+
+
+def compare_layouts(args) -> None:
+    """prepare of an ImageFolder vs the same files in CoOp's JSON layout, verify none: seconds and their ratio."""
+    import logging
+
+    from dear.params import CustomDataset
+
+    logging.getLogger("dear").setLevel(logging.WARNING)
+    shutil.rmtree(args.dir, ignore_errors=True)
+    root = args.dir / "data"
+    declared, build_s = build_pair(root, args.files, args.classes)
+    data = Data(source="coop", root=str(root), datasets=["world_objects", "mine"], seeds=args.seeds, shots=16,
+                val_shots=4, verify="none", skip_bad=False, hash_content=False, workers=args.workers, max_listed=20,
+                custom={"mine": CustomDataset(**declared)})
+    params = types.SimpleNamespace(data=data)
+    baseline_stat_walk(root)  # both layouts' entries in the page cache
+    prepare.run(params, prepare.Inputs("world_objects"), prepare.Outputs(args.dir / "warm"))  # imports, first forks
+    seconds = {}
+    for name in ("world_objects", "mine"):
+        _, seconds[name] = timed(prepare.run, params, prepare.Inputs(name), prepare.Outputs(args.dir / "out" / name))
+    rows = {name: read_manifest(args.dir / "out" / name).num_rows for name in seconds}
+    print(f"{args.files} files, {args.classes} classes, built in {build_s:.1f} s; verify none, {len(args.seeds)} seeds")
+    print(f"CoOp JSON layout (world_objects reader): {seconds['world_objects']:.2f} s, {rows['world_objects']} rows")
+    print(f"ImageFolder (data.custom, val carved):   {seconds['mine']:.2f} s, {rows['mine']} rows")
+    print(f"ratio ImageFolder / JSON: {seconds['mine'] / seconds['world_objects']:.2f}")
+    if not args.keep:
+        shutil.rmtree(args.dir, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=100_000, help="train images (default 100k)")
@@ -92,7 +154,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--dir", type=Path, default=Path("benchmarks/out/prepare_scale"))
     parser.add_argument("--keep", action="store_true", help="keep the synthetic layout afterwards")
+    parser.add_argument("--layouts", action="store_true", help="ImageFolder vs CoOp's JSON layout, same --files")
     args = parser.parse_args()
+    if args.layouts:
+        return compare_layouts(args)
     n_train = IMAGENET_TRAIN if args.full else args.files
 
     shutil.rmtree(args.dir, ignore_errors=True)

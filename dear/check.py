@@ -36,8 +36,10 @@ from pydantic import BaseModel, ValidationError
 from dear import strict_yaml
 from dear.cpus import available as available_cpus
 from dear.data import coop
+from dear.data import custom as custom_data
 from dear.data import world as world_data
 from dear.errors import DearError, Problems
+from dear.methods.layers import resolve as resolve_layers
 from dear.model.concepts import CORE_CONCEPTS
 from dear.model.textbank import load_bank
 from dear.model.textspan import rank_problems
@@ -127,8 +129,9 @@ def stage_problems(params: Params, stage: str, params_file: str = "params.yaml")
 def dataset_names(params, params_file: str) -> list[str]:
     """Every dataset of data.datasets is one this pipeline knows, and (embedded) one `dear world` draws."""
     cfg = params.data
-    found = [f"data.datasets: unknown dataset {name!r}; fix its name (known: {', '.join(sorted(coop.SPECS))}) or "
-             "remove it" for name in cfg.datasets if name not in coop.SPECS]
+    found = [f"data.datasets: unknown dataset {name!r}; fix its name (known: {', '.join(sorted(coop.SPECS))}), "
+             f"declare a dataset of your own under data.custom.{name} (format, path: docs/your-data.md), or remove it"
+             for name in cfg.datasets if name not in coop.SPECS and name not in cfg.custom]
     if cfg.source == "embedded":
         made = set(world_data.dataset_names(params.world))
         attribute = {f"world_{name}": name for name in ("colors", "textures", "shapes", "positions")}
@@ -145,28 +148,60 @@ def datasets_used(params, params_file: str) -> list[str]:
 
 def study_runs(params, params_file: str) -> list[str]:
     """The study trains something: a protocol is on (study.methods holds at least one method: a rule of its own)."""
-    if params.study.base_to_novel or params.study.transfer_on is not None:
+    if params.study.base_to_novel or params.study.transfer_on is not None or params.study.few_shot_on is not None:
         return []
-    return ["study.base_to_novel is empty and the transfer protocols are off (study.transfer): nothing would be "
-            "trained; list datasets in study.base_to_novel, or switch study.transfer on"]
+    return ["study.base_to_novel is empty and the transfer and few-shot protocols are off (study.transfer, "
+            "study.few_shot): nothing would be trained; list datasets in study.base_to_novel, or switch study.transfer "
+            "or study.few_shot on"]
+
+
+def few_shot_sets(params, params_file: str) -> list[str]:
+    """Few-shot learning draws K shots of every class from a training split: a test-only set (a domain-shift
+    target such as imagenet-sketch) has none."""
+    few = params.study.few_shot_on
+    return [f"study.few_shot.datasets: {name} has a test split only (a domain-shift target), so no shot can be "
+            f"drawn from it; remove it from study.few_shot.datasets"
+            for name in (few.datasets if few is not None else []) if name in coop.SPECS and coop.SPECS[name].test_only]
 
 
 def data_folders(params, params_file: str) -> list[str]:
     """CoOp datasets on this machine: root, folders, split files and image folders exist (no image is listed)."""
     cfg = params.data
-    if cfg.source == "embedded":
-        return []
+    found = [line for name in cfg.datasets if name in cfg.custom
+             for line in custom_data.problems(name, cfg.custom[name])]
+    if cfg.source == "embedded" or all(name in cfg.custom for name in cfg.datasets):
+        return found
     root = Path(cfg.root)
     if not root.is_dir():
-        return [f"data.root: {root} not found (in {params_file}); set data.root to the folder holding your "
-                "CoOp-layout datasets, or use data.source: embedded for the packaged emoji world"]
-    found = []
+        return found + [f"data.root: {root} not found (in {params_file}); set data.root to the folder holding your "
+                        "CoOp-layout datasets, or use data.source: embedded for the packaged emoji world"]
     for spec in (coop.SPECS[name] for name in cfg.datasets if name in coop.SPECS):
         needed = [spec.dataset_dir(root), spec.dataset_dir(root) / spec.split_file, spec.image_root(root)]
         missing = next((path for path in needed if not path.exists()), None)
         if missing is not None:
             found.append(f"{missing}: not found (data.datasets: {spec.folder}); {spec.howto}, or remove "
                          f"{spec.folder} from data.datasets and the study")
+    return found
+
+
+def shifted_classes(params, params_file: str) -> list[str]:
+    """A domain-generalisation target of one's own holds the source's classes (its names, via `classnames`)."""
+    transfer = params.study.transfer_on
+    if transfer is None:
+        return []
+    from dear.data.names import all_names
+
+    found = []
+    for target in (name for name in transfer.domain_generalization if name in params.data.custom):
+        source, names = all_names(params, transfer.source), all_names(params, target)
+        if source is None or names is None:
+            continue  # not readable here: `prepare` says why
+        foreign = [name for name in names if name not in source]
+        if foreign:
+            found.append(f"data.custom.{target}: class {foreign[0]!r} ({len(foreign)} such) is not a class of the "
+                         f"source {transfer.source}, but a domain-generalisation target holds the source's classes; "
+                         f"map each class to one of {transfer.source}'s names in data.custom.{target}.classnames "
+                         "(e.g. {folder: source class name}), or list it under study.transfer.cross_dataset")
     return found
 
 
@@ -212,11 +247,29 @@ def model(params, params_file: str) -> list[str]:
     if config is None:
         return [f"model.arch: unknown architecture {cfg.arch!r}; use dear-world, an open_clip name (ViT-B-16, ...) "
                 "or a config JSON path"]
+    refused = unsupported(cfg.arch, config)
+    if refused:
+        return [refused]
     size = config.get("vision_cfg", {}).get("image_size")
     if cfg.pretrained == "embedded" and size != params.world.image_size:
         return [f"model.arch: {cfg.arch} takes {size} px images but world.image_size is {params.world.image_size}; "
                 f"set world.image_size to {size}, or choose a model.arch that takes {params.world.image_size} px"]
     return []
+
+
+def unsupported(arch: str, config: dict) -> str | None:
+    """Why DeAR cannot serve an architecture, from its config (what `dear.model.internals` refuses once built)."""
+    vision, text = config.get("vision_cfg", {}), config.get("text_cfg", {})
+    use = "; use a CLS-token open_clip ViT (e.g. ViT-B-16)"
+    if vision.get("timm_model_name") or not isinstance(vision.get("layers", 12), int):
+        return f"model.arch: {arch}'s image tower is not an open_clip ViT (a timm or ResNet tower){use}"
+    if vision.get("attentional_pool") or vision.get("final_ln_after_pool"):
+        return f"model.arch: {arch} pools its image tower attentionally (or normalizes after pooling){use}"
+    if vision.get("pool_type", "tok") != "tok":
+        return f"model.arch: {arch} pools its image tower by '{vision['pool_type']}', without a CLS token{use}"
+    if text.get("hf_model_name") or text.get("embed_cls") or text.get("no_causal_mask"):
+        return f"model.arch: {arch}'s text tower is not CLIP's causal one (Hugging Face, CoCa's CLS or no causal mask){use}"
+    return None
 
 
 def weights_file(params, params_file: str) -> list[str]:
@@ -318,16 +371,17 @@ def train(params, params_file: str) -> list[str]:
     if found:
         return found
     config = arch_config(params.model.arch) or {}
-    depth = {"vision": config.get("vision_cfg", {}).get("layers"), "text": config.get("text_cfg", {}).get("layers")}
+    depth = tower_depths(config)
     broken: dict[tuple, list] = {}  # (key, value, problem) -> [where it comes from, jobs]
-    for method, dataset, protocol in training_jobs(params):
-        recipe = params.train.recipe(method, dataset, protocol)
+    for method, dataset, protocol, shots in training_jobs(params):
+        recipe = params.train.recipe(method, dataset, protocol, shots)
         for key, problem in _recipe_problems(recipe, depth, params.model.arch):
             setting = recipe.settings[key]
             ours = setting.kind == "ours" and setting.source.startswith("train.recipes.")
             where = setting.source if ours else f"train.recipes.{recipe.recipe}.{key}"
             origin = "" if ours else f" (the {setting.kind}' value, {setting.source})"
-            broken.setdefault((where, repr(setting.value), problem), [origin, []])[1].append(f"{method} on {dataset}")
+            broken.setdefault((where, repr(setting.value), problem), [origin, []])[1].append(
+                f"{method} on {dataset}" + (f" ({shots} shots)" if shots is not None else ""))
     return [f"{where}: {value}{origin} {problem}; {_jobs(jobs)}"
             for (where, value, problem), (origin, jobs) in broken.items()]
 
@@ -341,16 +395,8 @@ def _recipe_problems(recipe, depth: dict, arch: str) -> list[tuple[str, str]]:
     if recipe.get("attribute_tokens", 0) > len(set(recipe.get("concepts", []))):
         found.append(("attribute_tokens", f"needs as many distinct concepts (got {recipe.concepts}); "
                                           "list one concept per token"))
-    towers = {"start_layer": ["vision"], "text_start_layer": ["text"]}
-    if "text_start_layer" not in recipe.settings:  # MMRL: one start for both towers
-        towers["start_layer"].append("text")
-    for key, names in towers.items():
-        start = recipe.get(key)
-        layers = [depth[name] for name in names if isinstance(depth[name], int)]
-        if start is not None and layers and start > min(layers):
-            shape = " and ".join(f"{depth[name]} {name}" for name in names)
-            found.append((key, f"is past the last layer of {arch} ({shape} layers); set it in 1..{min(layers)}, "
-                               "or null"))
+    found += [(layer.key, layer.problem.replace("this model", arch, 1))
+              for layer in resolve_layers(recipe.recipe, recipe.values, depth) if layer.problem]
     return found
 
 
@@ -359,11 +405,18 @@ def _jobs(jobs: list[str]) -> str:
     return "jobs " + ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
 
 
-def training_jobs(params: Params) -> list[tuple[str, str, str]]:
-    """(method, dataset, protocol) of every training job the study runs."""
-    jobs = [(method, dataset, "base_to_novel") for method in params.study.methods for dataset in params.study.base_to_novel]
+def tower_depths(config: dict) -> dict[str, int | None]:
+    """{'image': layers, 'text': layers} of an architecture's config (None where it does not say)."""
+    return {"image": config.get("vision_cfg", {}).get("layers"), "text": config.get("text_cfg", {}).get("layers")}
+
+
+def training_jobs(params: Params) -> list[tuple[str, str, str, int | None]]:
+    """(method, dataset, protocol, shots) of every training job the study runs; shots: the few_shot protocol's K."""
+    methods = params.study.methods
+    jobs = [(method, dataset, "base_to_novel", None) for method in methods for dataset in params.study.base_to_novel]
     transfer = params.study.transfer_on
-    return jobs + ([(method, transfer.source, "transfer") for method in params.study.methods] if transfer else [])
+    jobs += [(method, transfer.source, "transfer", None) for method in methods] if transfer else []
+    return jobs + [(method, dataset, "few_shot", k) for method in methods for dataset, k in params.study.few_shot_runs()]
 
 
 @dataclass(frozen=True)
@@ -381,13 +434,15 @@ CHECKS: tuple[Check, ...] = (
     Check(dataset_names, ("data", "world"), "data.datasets against the known datasets"),
     Check(datasets_used, ("data", "study", "profile"), "the datasets the study and the profile use"),
     Check(study_runs, ("study",), "the study's protocols"),
+    Check(few_shot_sets, ("study",), "the few-shot datasets"),
     Check(data_folders, ("data",), "the data folders", "machine"),
+    Check(shifted_classes, ("data", "study", "world"), "the classes of domain-generalisation targets", "machine"),
     Check(world, ("data", "model", "backbone", "world"), "the world", stages=("world", "backbone")),
     Check(model, ("model", "world"), "model.arch", stages=("backbone",)),
     Check(weights_file, ("model",), "model.pretrained", "machine", stages=("backbone",)),
     Check(weights_fetched, ("model",), "the weights in the cache", "machine"),
     Check(device, ("compute",), "compute.device", "machine",
-          stages=("backbone", "profile", "train", "fuse", "evaluate")),
+          stages=("backbone", "profile", "train", "fuse", "evaluate", "predict")),
     Check(profile, ("profile", "model", "data", "world"), "the profile's roles, bank, layers and SVD rank",
           stages=("profile",)),
     Check(train, ("train", "model", "study"), "train.recipes and every training job's recipe", stages=("train",)),
@@ -397,8 +452,16 @@ CHECKS: tuple[Check, ...] = (
 
 def warnings(params: Params, params_file: str) -> list[str]:
     """Fewer training images than data.shots in a class; more worker processes than this machine's CPUs."""
-    found = []
-    trained_on = dict.fromkeys(dataset for _, dataset, _ in training_jobs(params))  # targets draw no shots
+    found = [f"data.custom.{name}: declared but data.datasets does not list it, so it is not prepared; add it there "
+             "to use it" for name in params.data.custom if name not in params.data.datasets]
+    trained_on = dict.fromkeys(dataset for _, dataset, protocol, _ in training_jobs(params)  # targets draw no shots
+                               if protocol != "few_shot")
+    few = params.study.few_shot_on
+    for name in few.datasets if few is not None else []:
+        fewest = _fewest_train_images(params, name)
+        if fewest is not None and fewest < max(few.shots):
+            found.append(f"study.few_shot.shots: {max(few.shots)}, but a class of {name} has only {fewest} training "
+                         "images: it gets fewer shots at the larger shot counts (the report states the shots used)")
     for name in trained_on:
         fewest = _fewest_train_images(params, name)
         if fewest is not None and fewest < params.data.shots:

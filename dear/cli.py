@@ -23,7 +23,7 @@ import click
 import typer
 import typer.core
 
-from dear import cpus, status, stops, supervise
+from dear import cpus, reproducible, status, stops, supervise
 from dear.check import check_file, stage_problems
 from dear.check import warnings as check_warnings
 from dear.errors import DearError
@@ -109,11 +109,13 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         status.update(stage=name)
         use_params(params)  # messages name the file the user passed, not params.yaml
         loaded = load_params(params, sets or ())
+        reproducible.apply(loaded.compute.reproducible)  # before torch loads: the libraries read the caps once
         io.record_overrides(parse_overrides(sets or ()))
         stage_problems(loaded, name, str(params))  # every problem of this stage's params, before torch loads
         io.record_job(job_record(name, loaded, inputs))
         runs = seed_runs(inputs, outputs, seeds, loaded.data.seeds)
         stage = _import_stage(name)
+        reproducible.configure_torch(loaded.compute.reproducible)
         cpus.apply(cpus.budget(loaded, name, _state.get("threads")), name)
         from dear.io import check_outputs
 
@@ -151,6 +153,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         io.record_job({})
         use_params(DEFAULT_PATH)
         cpus.release()
+        reproducible.release()
 
 
 def job_record(stage: str, params, inputs: dict) -> dict:
@@ -158,11 +161,12 @@ def job_record(stage: str, params, inputs: dict) -> dict:
     (resolved, key by key: dear.keys), the sha256 of its code and each file's fingerprint (dear.jobs.code)."""
     from dear import jobs, keys
 
+    shots = {"shots": inputs["shots"]} if inputs.get("shots") is not None else {}  # a few-shot run's K
     args = {"train": lambda: dict(method=inputs["method"] or params.train.method, dataset=inputs["dataset"],
-                                  classes=inputs["classes"]),
+                                  classes=inputs["classes"], **shots),
             "prepare": lambda: dict(dataset=inputs["dataset"]),
             "fuse": lambda: dict(method=inputs["method"], classes=inputs["classes"]),
-            "evaluate": lambda: dict(method=inputs["method"], classes=inputs["classes"])}.get(stage, dict)()
+            "evaluate": lambda: dict(method=inputs["method"], classes=inputs["classes"], **shots)}.get(stage, dict)()
     try:
         reads = keys.reads(params, stage, **args)
         code = jobs.code(stage, args.get("method") if stage in jobs.METHOD_STAGES else None, args.get("dataset"))
@@ -371,6 +375,9 @@ def train(
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet of `dear profile` (needed by --method dear)"),
     classes: str = typer.Option("base", help="classes trained on: base (base-to-novel) | all (transfer source)"),
+    shots: Optional[int] = typer.Option(None, help="few-shot learning: K shots per class, all classes (with --classes "
+                                                   "all and data/<ds>/fewshot-shots<K>-seed{seed}.parquet): the "
+                                                   "recipe's few_shot layers for K"),
     checkpoint: Optional[Path] = typer.Option(
         None, help="resumable checkpoint file (default: <output_root>/checkpoints/<out below the root>/ckpt.pt)"),
     params: Path = ParamsOption,
@@ -383,7 +390,7 @@ def train(
     """
     _run_stage("train", params, overrides, log,
                inputs=dict(method=method, dataset=dataset, seed=None, backbone=backbone, fewshot=fewshot, roles=roles,
-                           classes=classes),
+                           classes=classes, shots=shots),
                outputs=dict(folder=out, checkpoint=checkpoint), seeds=seed)
 
 
@@ -419,6 +426,8 @@ def evaluate(
     out: Path = typer.Option(..., help="output folder: eval.parquet and metrics.json"),
     classes: str = typer.Option("base", help="base: base-to-novel | all: the transfer protocols of study.*"),
     method: Optional[str] = MethodOption,
+    shots: Optional[int] = typer.Option(None, help="few-shot learning (with --classes all): score the model trained "
+                                                   "on K shots on its own dataset's test split, all classes"),
     data: Path = typer.Option(Path("data"), help="folder of prepared datasets (transfer targets)"),
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
@@ -432,8 +441,8 @@ def evaluate(
     Correct/total counts per class for base-to-novel or the transfer protocols of study.*.
     """
     _run_stage("evaluate", params, overrides, log, inputs=dict(model=model, method=method, fusion=fusion, backbone=backbone,
-                                                    roles=roles,
-                                                    source=source, classes=_classes(classes), data=data),
+                                                    roles=roles, source=source, classes=_classes(classes), data=data,
+                                                    shots=shots),
                outputs=dict(folder=out), seeds=seed)
 
 
@@ -536,6 +545,31 @@ def _one_line_errors():
 
 
 @app.command()
+def predict(
+    model: Path = typer.Option(..., help="model.pt of `dear train` (any method)"),
+    images: Path = typer.Option(..., help="a folder of images (searched below), an image, or a text file of paths"),
+    out: Path = typer.Option(..., help="output folder: predictions.parquet and predictions.csv"),
+    class_list: Optional[Path] = typer.Option(
+        None, "--class-list", help="text file of class names to choose from, one per line (may hold classes never "
+                                   "trained on); default: the classes the model was trained on"),
+    top_k: int = typer.Option(5, "--top-k", help="classes (and probabilities) per image"),
+    backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
+    roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
+    fusion: Optional[Path] = typer.Option(None, help="fusion.json of `dear fuse` (default: the trained alpha)"),
+    params: Path = ParamsOption,
+    log: Optional[Path] = LogOption,
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """Label new images: the top-k classes of each.
+
+    Unreadable images are listed with their error; it fails only when none can be read.
+    """
+    _run_stage("predict", params, overrides, log, inputs=dict(model=model, backbone=backbone, images=images, roles=roles,
+                                                   fusion=fusion, class_list=class_list, top_k=top_k),
+               outputs=dict(folder=out))
+
+
+@app.command()
 def check(
     params: Path = ParamsOption,
     overrides: Optional[List[str]] = SetOption,
@@ -610,13 +644,20 @@ def compare(
 ) -> None:
     """Say which numbers moved beyond noise from RUN_A to RUN_B.
 
-    And which inputs differ (params, recipes, code, data, environment). Intervals and their level come from
-    --params (report section)."""
+    And which inputs differ (params, recipes, code, data, environment). Numbers of one run only are listed as not
+    paired; with nothing paired it says so and exits 1. Intervals and their level come from --params (report
+    section)."""
     _configure_logging(None)
+    from dear.compare import NothingPaired
+
     with _one_line_errors():
         from dear.compare import run
 
-        typer.echo(run(load_params(params), run_a, run_b), nl=False)
+        try:
+            typer.echo(run(load_params(params), run_a, run_b), nl=False)
+        except NothingPaired as err:  # the comparison says why on stdout; the error line and exit 1 follow
+            typer.echo(err.text, nl=False)
+            raise
 
 
 @app.command()
@@ -624,7 +665,7 @@ def recipe(
     params: Path = ParamsOption,
     method: Optional[str] = typer.Option(None, help="only this method's jobs"),
     dataset: Optional[str] = typer.Option(None, help="only jobs training on this dataset"),
-    protocol: Optional[str] = typer.Option(None, help="base_to_novel | transfer: only jobs of this protocol"),
+    protocol: Optional[str] = typer.Option(None, help="base_to_novel | transfer | few_shot: only jobs of this protocol"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (one object per job) for scripts"),
     overrides: Optional[List[str]] = SetOption,
 ) -> None:

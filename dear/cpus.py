@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 log = logging.getLogger("dear.cpus")
 
-MODEL_STAGES = ("profile", "train", "fuse", "evaluate")
+MODEL_STAGES = ("profile", "train", "fuse", "evaluate", "predict")
 ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")  # read by each math library at its start
 
 

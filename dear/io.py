@@ -472,6 +472,14 @@ def devices() -> dict[str, Any]:
     return found
 
 
+def compute_record() -> dict[str, Any]:
+    """What decided the floats beyond the inputs: compute.reproducible, the CPU's instruction sets and the caps in force,
+    the kernels torch runs (ATen's capability), its BLAS/oneDNN builds, threads, GPU and driver (dear.reproducible)."""
+    from dear.reproducible import in_force
+
+    return in_force()
+
+
 def _cpu_name() -> str:
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -515,6 +523,7 @@ def provenance(params: Any, inputs: dict[str, str | os.PathLike] | None = None, 
         "code": code_version(),
         "versions": versions(),
         "devices": devices(),
+        "compute": compute_record(),
         "seed": seed,
     }
     if _OVERRIDES:

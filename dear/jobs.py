@@ -3,7 +3,8 @@
 One job per DVC stage (matrix items included) and per Snakemake job; the names
 are DVC's (`train@mmrl-world_objects`), the rules of the Snakefile are the same
 stages. A job appears only when the config asks for it: no transfer job with
-`study.transfer: null` (or `enabled: false`), no base-to-novel job with
+`study.transfer: null` (or `enabled: false`), no few-shot job with
+`study.few_shot: null` (or `enabled: false`), no base-to-novel job with
 `study.base_to_novel: []`, no world job when nothing reads the world
 (`dear.params.world_needed`). tests/test_engines.py checks these against both
 engines' graphs.
@@ -45,9 +46,12 @@ def jobs(params: Params) -> list[Job]:
     found.append(Job("backbone", "backbone", {}, f"{r}backbone", ((None, f"{r}backbone/card.json"),)))
     for name in params.data.datasets:
         folder = f"{r}data/{name}"
+        counts = study.few_shot_on.shots if study.few_shot_on and name in study.few_shot_on.datasets else []
         found.append(Job(f"prepare@{name}", "prepare", {"dataset": name}, folder,
                          ((None, f"{folder}/manifest.parquet"),
-                          *((seed, f"{folder}/fewshot-seed{seed}.parquet") for seed in seeds)), dataset=name))
+                          *((seed, f"{folder}/fewshot-seed{seed}.parquet") for seed in seeds),
+                          *((seed, f"{folder}/fewshot-shots{k}-seed{seed}.parquet") for k in counts for seed in seeds)),
+                         dataset=name))
     roles = f"{r}roles/{params.profile.dataset}"
     found.append(Job("profile", "profile", {}, roles, ((None, f"{roles}/roles.parquet"),)))
     runs = [(f"@{method}-{dataset}", f"{r}runs/{method}/{dataset}", method, dataset, "base")
@@ -55,12 +59,15 @@ def jobs(params: Params) -> list[Job]:
     if study.transfer_on is not None:
         runs += [(f"_transfer@{method}", f"{r}transfer/{method}", method, study.transfer_on.source, "all")
                  for method in study.methods]
+    runs += [(f"_fewshot@{method}-{dataset}-{k}", f"{r}fewshot/{method}/{dataset}/shots{k}", method, dataset, "all", k)
+             for method in study.methods for dataset, k in study.few_shot_runs()]
     for stage, folder, file in (("train", "train", "train_log.parquet"), ("fuse", "fuse", "fusion.json"),
                                 ("evaluate", "eval", "eval.parquet")):
-        for suffix, where, method, dataset, classes in runs:
+        for suffix, where, method, dataset, classes, *few in runs:
             name = stage + suffix
-            args = {"method": method, "dataset": dataset, "classes": classes} if stage == "train" else \
-                {"method": method, "classes": classes}
+            shots = {"shots": few[0]} if few and stage != "fuse" else {}  # few-shot runs: K (fuse needs none)
+            args = {"method": method, "dataset": dataset, "classes": classes, **shots} if stage == "train" else \
+                {"method": method, "classes": classes, **shots}
             found.append(Job(name, stage, args, f"{where}/{folder}",
                              tuple((seed, f"{where}/{folder}/seed{seed}/{file}") for seed in seeds), method, dataset))
     found.append(Job("report", "report", {}, f"{r}report", ((None, f"{r}report/provenance.json"),)))

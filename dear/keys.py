@@ -8,18 +8,19 @@ method's recipe took from the config (`dear.methods.recipe.resolve(...).keys_rea
 `train.recipes.all.*`, `train.recipes.<recipe>.*`, their `datasets.<dataset>` and
 `transfer` blocks), so raising `train.recipes.mmrl.lr` reruns `mmrl` and nothing
 else; the recipes' own defaults are package files, covered by the stage's code
-hash (`dear.jobs.CODE`).
+hash (`dear.jobs.code`).
 
 Left out on purpose, as they never change an output: workers, checkpoint spacing
 (`train.checkpoint_every`), the default method of `dear train` (`train.method`),
 `evaluate.reuse_mb`, `data.max_listed`, `model.cache_dir` (where, not what).
+`compute.reproducible` is read wherever `compute.device` is: it picks the kernels, so the floats.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dear.params import Params
+from dear.params import Params, sanity_on
 
 
 def flat(params: Params) -> dict[str, Any]:
@@ -38,10 +39,15 @@ def flat(params: Params) -> dict[str, Any]:
 
 
 def reads(params: Params, stage: str, method: str | None = None, dataset: str | None = None,
-          classes: str = "base") -> dict[str, Any]:
-    """The values job `stage` (method x dataset x classes where it has them) reads, resolved, by key."""
+          classes: str = "base", shots: int | None = None) -> dict[str, Any]:
+    """The values job `stage` (method x dataset x classes x shots where it has them) reads, resolved, by key."""
     values = flat(params)
     keys = STAGES[stage](params, values, method, dataset, classes)
+    if shots is not None and stage == "train":  # a few-shot run: its recipe's few_shot layers for K
+        recipe = params.train.recipe(method, dataset, "few_shot", shots)
+        keys = ["data.seeds", "compute.device", *recipe.keys_read]
+    if shots is not None and stage == "evaluate":  # its own dataset only, with the model's own prompt
+        keys = [*SCORING, "fusion.novel"]
     return {key: values.get(key) for key in sorted(dict.fromkeys(keys))}
 
 
@@ -54,24 +60,26 @@ def _world(params, values, method, dataset, classes) -> list[str]:
 
 
 def _backbone(params, values, method, dataset, classes) -> list[str]:
-    keys = ["model.arch", "model.pretrained", "compute.device", "compute.precision"]
+    keys = ["model.arch", "model.pretrained", "compute.device", "compute.precision", "compute.reproducible"]
     if params.model.pretrained == "embedded":  # trained here: on the world's corpus
         keys += [key for key in _under(values, "backbone") if not key.startswith("backbone.sanity")
                  and key != "backbone.eval_batch_size"] + _under(values, "world")
     keys.append("backbone.sanity.enabled")
-    if params.backbone.sanity.enabled:
+    if sanity_on(params):
         keys += ["backbone.sanity.max_images_per_set", "backbone.eval_batch_size", *_under(values, "world")]
     return keys
 
 
 def _prepare(params, values, method, dataset, classes) -> list[str]:
-    return [f"data.{key}" for key in ("source", "root", "seeds", "shots", "val_shots", "verify", "skip_bad",
-                                      "hash_content")]
+    keys = [f"data.{key}" for key in ("source", "root", "seeds", "shots", "val_shots", "verify", "skip_bad",
+                                      "hash_content")] + _under(values, f"data.custom.{dataset}")
+    few = params.study.few_shot_on
+    return keys + (["study.few_shot.shots"] if few is not None and dataset in few.datasets else [])
 
 
 def _profile(params, values, method, dataset, classes) -> list[str]:
     keys = [key for key in _under(values, "profile") if not key.startswith("profile.ablation")]
-    keys += ["compute.device", "data.source", "profile.ablation.enabled"]
+    keys += ["compute.device", "compute.reproducible", "data.source", "profile.ablation.enabled"]
     ablation = params.profile.ablation.enabled and params.data.source == "embedded"
     if ablation:
         keys += ["data.root", *_under(values, "profile.ablation")]
@@ -82,10 +90,10 @@ def _profile(params, values, method, dataset, classes) -> list[str]:
 
 def _train(params, values, method, dataset, classes) -> list[str]:
     recipe = params.train.recipe(method, dataset, "transfer" if classes == "all" else "base_to_novel")
-    return ["data.seeds", "compute.device", *recipe.keys_read]
+    return ["data.seeds", "compute.device", "compute.reproducible", *recipe.keys_read]
 
 
-SCORING = ["data.seeds", "compute.device", "evaluate.batch_size"]  # fuse and evaluate (transform, precision: the model's)
+SCORING = ["data.seeds", "compute.device", "compute.reproducible", "evaluate.batch_size"]  # fuse and evaluate (transform, precision: the model's)
 
 
 def _fuse(params, values, method, dataset, classes) -> list[str]:
@@ -103,9 +111,13 @@ def _evaluate(params, values, method, dataset, classes) -> list[str]:
     return keys
 
 
+def _predict(params, values, method, dataset, classes) -> list[str]:
+    return ["compute.device", "evaluate.batch_size", "fusion.novel"]
+
+
 def _report(params, values, method, dataset, classes) -> list[str]:
     return ["data.seeds", *_under(values, "report")]
 
 
 STAGES = {"world": _world, "backbone": _backbone, "prepare": _prepare, "profile": _profile, "train": _train,
-          "fuse": _fuse, "evaluate": _evaluate, "report": _report}
+          "fuse": _fuse, "evaluate": _evaluate, "report": _report, "predict": _predict}

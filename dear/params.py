@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Sequence
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from dear import strict_yaml
 from dear.errors import DearError
@@ -68,6 +68,20 @@ class Data(Section):
     hash_content: bool = Field(description="record each image's sha256 in the manifest (reads every byte)")
     workers: int = Field(ge=1, description="parallel workers for image verification")
     max_listed: int = Field(ge=1, description="how many bad files an error names before it counts the rest")
+    custom: dict[str, "CustomDataset"] = Field(
+        default_factory=dict, description="datasets of one's own, by name: {format, path, ...} (docs/your-data.md); "
+                                          "list a name in data.datasets to prepare it")
+
+    @field_validator("custom")
+    @classmethod
+    def _custom_names(cls, custom: dict) -> dict:
+        from dear.data.custom import name_problem
+
+        for name in custom:
+            problem = name_problem(name)
+            if problem:
+                raise ValueError(problem)
+        return custom
 
     @field_validator("seeds")
     @classmethod
@@ -76,6 +90,60 @@ class Data(Section):
         if repeated:
             raise ValueError(f"seed {repeated[0]} is listed twice; list each seed once")
         return seeds
+
+
+class CustomDataset(Section):
+    """One dataset of one's own under `data.custom.<name>`: read by `dear.data.formats` (one module per format)."""
+
+    format: str = Field(description="imagefolder (class sub-folders of train/, val/, test/) | csv (path and label or "
+                                    "classname per row, a split column or one file per split) | coop-json (a CoOp "
+                                    "split_*.json)")
+    path: str = Field(description="the dataset's folder (imagefolder), CSV file (or folder of `splits` files) or "
+                                  "split JSON; relative to where the stages run")
+    images: str | None = Field(None, description="coop-json: the folder its image paths are relative to "
+                                                 "(null: the JSON's folder)")
+    splits: dict[Literal["train", "val", "test"], str] | None = Field(
+        None, description="per split, its sub-folder (imagefolder; null: train, val, test) or its CSV file (csv: one "
+                          "file per split, relative to `path`)")
+    classnames: dict[str | int, str] | str | None = Field(
+        None, description="class key (folder name, CSV classname or label) -> the name the text tower reads, as a "
+                          "mapping or a file of '<key> <name>' lines (null: the key, '_' read as a space)")
+    template: str | None = Field(None, description="the hand-written prompt of the methods that have one, {} the class "
+                                                   "name (null: each method's default, \"a photo of a {}.\")")
+    base_classes: list[str] | str | None = Field(
+        None, description="the base classes of base-to-novel (keys or names), as a list or a file of one per line "
+                          "(null: the first half of the sorted labels, as CoOp)")
+    split_seed: int = Field(1, ge=0, description="seed of the validation split carved from train when there is "
+                                                 "none (Dassl's split_trainval, 20% of each class)")
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        from dear.data.formats import READERS
+
+        if value not in READERS:
+            raise ValueError(f"unknown format {value!r}; use one of {', '.join(READERS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _keys_of_its_format(self) -> "CustomDataset":
+        """A key the format does not read would be ignored silently: refused instead."""
+        unread = {"images": self.format != "coop-json", "splits": self.format == "coop-json"}
+        for key, ignored in unread.items():
+            if ignored and getattr(self, key) is not None:
+                raise ValueError(f"format {self.format} does not read '{key}'; remove it"
+                                 + (" (its split file names the splits)" if key == "splits" else ""))
+        return self
+
+    @field_validator("template")
+    @classmethod
+    def _one_slot(cls, value: str | None) -> str | None:
+        if value is not None and value.count("{}") != 1:
+            raise ValueError(f"{value!r} must hold {{}} once, where the class name goes, e.g. \"a photo of a {{}}.\"")
+        return value
+
+
+Data.model_rebuild()
 
 
 # --- world: the embedded emoji image-text world (dear world) -------------------
@@ -125,7 +193,9 @@ class Model(Section):
 # --- backbone: contrastive pretraining of the embedded model ---------------------
 
 class BackboneSanity(Section):
-    enabled: bool = Field(description="score the backbone zero-shot on every world test set (needs `dear world`)")
+    enabled: bool | Literal["auto"] = Field(
+        description="score the backbone zero-shot on every world test set (needs `dear world`); auto: only the "
+                    "embedded backbone (real or your own weights need no check on emoji)")
     max_images_per_set: int | None = Field(
         ge=1, description="a seeded sample of at most this many test images per set; null = all of them")
 
@@ -165,6 +235,10 @@ class Compute(Section):
     precision: Literal["bf16", "fp32"] = Field(
         description="bf16 autocast on CUDA where the stage allows it (not profile); CPU runs fp32")
     workers: int = Field(ge=0, description="image loading processes (0 = in the stage's own process)")
+    reproducible: bool = Field(
+        description="the same floats on every x86-64 CPU (AVX2 or newer): the stage caps torch's CPU kernels at "
+                    "AVX2 (ATen, MKL's CNR, oneDNN off) and turns on deterministic algorithms (on CUDA too); "
+                    "false: the machine's fastest kernels, numbers that move with the CPU (docs/compute.md)")
 
 
 # --- train / fusion: the methods' recipes and DeAR's fusion ----------------------------
@@ -175,18 +249,21 @@ class Train(Section):
     method: str = Field(description="default method of `dear train` when --method is not given")
     recipes: dict[str, Any] = Field(
         description="changes to the authors' recipes: `all` (every method that has the key) and one entry per "
-                    "recipe (zeroshot, coop, mmrl, dear, ...), each with keys, `datasets: {ds: {...}}` and "
-                    "`transfer: {...}`; `dear recipe` shows every value and its source")
+                    "recipe (zeroshot, coop, mmrl, dear, ...), each with keys, `datasets: {ds: {...}}`, "
+                    "`transfer: {...}` and `few_shot: {..., shots: {K: {...}}}`; `dear recipe` shows every value "
+                    "and its source")
     checkpoint_every: int = Field(ge=1, description="steps between resumable checkpoints")
+    _templates: dict[str, str] = PrivateAttr(default_factory=dict)  # dataset -> data.custom.<dataset>.template
 
     @field_validator("method")
     @classmethod
     def _registered(cls, name: str) -> str:
         return _registered_method(name)
 
-    def recipe(self, method: str, dataset: str, protocol: str):
-        """The resolved recipe (`dear.methods.recipe.Recipe`) of one run: what the trainer and the model read."""
-        return resolve(self.recipes, method, dataset, protocol)
+    def recipe(self, method: str, dataset: str, protocol: str, shots: int | None = None):
+        """The resolved recipe (`dear.methods.recipe.Recipe`) of one run: what the trainer and the model read
+        (`shots`: the few_shot protocol's K)."""
+        return resolve(self.recipes, method, dataset, protocol, shots, self._templates.get(dataset))
 
 
 def _registered_method(name: str) -> str:
@@ -221,8 +298,39 @@ class Transfer(Section):
     domain_generalization: list[str] = Field(description="domain-shifted copies of the source's classes")
 
 
+def _no_default(schema: dict) -> None:
+    """Leave a null default out of the JSON schema: Snakemake's validation would fill it in and then walk into it."""
+    schema.pop("default", None)
+
+
+class FewShot(Section):
+    @field_validator("shots")
+    @classmethod
+    def _distinct(cls, shots: list[int]) -> list[int]:
+        repeated = sorted({count for count in shots if shots.count(count) > 1})
+        if repeated:
+            raise ValueError(f"shot count {repeated[0]} is listed twice; list each once")
+        return shots
+
+    @field_validator("datasets")
+    @classmethod
+    def _once(cls, names: list[str]) -> list[str]:
+        if len(set(names)) != len(names):
+            raise ValueError("a dataset is listed twice; list each once")
+        return names
+
+    enabled: bool = Field(True, description="false: no few-shot job runs (study.few_shot: null does the same)")
+    datasets: list[str] = Field(min_length=1, description="datasets trained and tested on all their classes, "
+                                                          "once per shot count")
+    shots: list[Annotated[int, Field(ge=1)]] = Field(
+        [1, 2, 4, 8, 16], min_length=1,
+        description="training shots per class K, one run per K (validation: min(K, data.val_shots)); each K has its "
+                    "own draw, as Dassl's shot_K-seed_S.pkl")
+
+
 class Study(Section):
-    """What the pipeline runs: methods x seeds x the paper's three protocols (SPEC §8); each protocol can be off."""
+    """What the pipeline runs: methods x seeds x the paper's three protocols (SPEC §8) and few-shot learning;
+    each protocol can be off."""
 
     @field_validator("methods")
     @classmethod
@@ -238,11 +346,24 @@ class Study(Section):
                                                  "([]: no base-to-novel job)")
     transfer: Transfer | None = Field(description="one all-class model per method and seed, tested across datasets "
                                                   "and domains (null: no transfer job)")
+    few_shot: FewShot | None = Field(None, description="one model per method, dataset and shot count, trained and "
+                                                       "tested on all classes (null or absent: no few-shot job)",
+                                     json_schema_extra=_no_default)  # absent: off (Snakemake's validate fills no null)
 
     @property
     def transfer_on(self) -> Transfer | None:
         """The transfer protocols when they run, else None."""
         return self.transfer if self.transfer is not None and self.transfer.enabled else None
+
+    @property
+    def few_shot_on(self) -> FewShot | None:
+        """The few-shot protocol when it runs, else None."""
+        return self.few_shot if self.few_shot is not None and self.few_shot.enabled else None
+
+    def few_shot_runs(self) -> list[tuple[str, int]]:
+        """(dataset, K) of every few-shot run of one method, in config order."""
+        few = self.few_shot_on
+        return [(name, count) for name in few.datasets for count in few.shots] if few else []
 
 
 class Evaluate(Section):
@@ -344,6 +465,23 @@ class Params(Section):
         return self
 
     @model_validator(mode="after")
+    def _custom_templates(self) -> "Params":
+        """A dataset of one's own with a `template` gives it to every recipe that has one (`Train.recipe`)."""
+        templates = {name: entry.template for name, entry in self.data.custom.items() if entry.template is not None}
+        if templates:
+            self.train._templates = templates
+        return self
+
+    @model_validator(mode="after")
+    def _reproducible_backbone(self) -> "Params":
+        """bf16 CPU kernels differ per instruction set (AMX, AVX512-BF16, AVX2): no same floats everywhere."""
+        if self.compute.reproducible and self.model.pretrained == "embedded" and self.backbone.precision == "bf16":
+            raise ValueError("backbone.precision: bf16 pretraining on the CPU gives other weights on every kind of CPU, "
+                             "but compute.reproducible is true; set backbone.precision: fp32 (or compute.reproducible: "
+                             "false to keep bf16)")
+        return self
+
+    @model_validator(mode="after")
     def _recipes(self) -> "Params":
         """train.recipes changes only keys the recipes have, with values of their types."""
         found = recipe_problems(self.train.recipes)
@@ -371,6 +509,8 @@ def unprepared(data: Data, study: Study, profile: Profile) -> list[str]:
     """One line per dataset a key of the study or the profile names but data.datasets does not list."""
     transfer = study.transfer_on
     users = [*(("study.base_to_novel", name) for name in study.base_to_novel), ("profile.dataset", profile.dataset)]
+    if study.few_shot_on is not None:
+        users += [("study.few_shot.datasets", name) for name in study.few_shot_on.datasets]
     if transfer is not None:
         users += [("study.transfer.source", transfer.source),
                   *(("study.transfer.cross_dataset", name) for name in transfer.cross_dataset),
@@ -384,11 +524,16 @@ def unprepared(data: Data, study: Study, profile: Profile) -> list[str]:
             for name, named in keys.items()]
 
 
+def sanity_on(params: Any) -> bool:
+    """Whether `dear backbone` scores the backbone on the world (`backbone.sanity.enabled`; auto: embedded only)."""
+    enabled = params.backbone.sanity.enabled
+    return params.model.pretrained == "embedded" if enabled == "auto" else bool(enabled)
+
+
 def world_needed(params: Any) -> bool:
     """Whether some job reads the embedded world: its images, or its corpus to train the backbone on, or the
     backbone's sanity check on it. A study of real data and real weights draws no world."""
-    return params.data.source == "embedded" or params.model.pretrained == "embedded" or \
-        params.backbone.sanity.enabled
+    return params.data.source == "embedded" or params.model.pretrained == "embedded" or sanity_on(params)
 
 
 # --- loading -------------------------------------------------------------------

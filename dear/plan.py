@@ -9,10 +9,14 @@ files and its params) to the planned config, stage by stage:
 passes (from the architecture's config: layers, width, tokens):
 - train: per seed, epochs × the training images (shots × classes trained)
   × 3 (forward and backward) × an image's GFLOPs, plus each step's prompts
-  (one per class) × 3 × a prompt's GFLOPs; zero-shot trains nothing;
+  (one per class) × 3 × a prompt's GFLOPs; zero-shot trains nothing; the
+  linear probe: one forward pass of its training and validation shots;
 - fuse: per seed, the validation images and one prompt per class;
 - evaluate: per seed, the test images of every dataset scored and one
   prompt per class of each;
+- few-shot runs (train_fewshot, fuse_fewshot, evaluate_fewshot): the same,
+  with K shots of every class, the recipe's epochs for K, min(K, val_shots)
+  validation shots, the dataset's own test images;
 - profile: profile.max_images images; backbone: its pretraining steps ×
   batch (0 for weights that are only loaded); prepare: the images listed;
   world, report: one job's time.
@@ -55,6 +59,7 @@ from dear.params import Params, validate, world_needed
 from dear.probe import arch_config
 
 TRAINS_NOTHING = ("zeroshot",)
+FITS_FEATURES = ("linear_probe",)  # train encodes its training and validation shots once, then fits on CPU
 # CoOp's split sizes (classes, all images listed, test images), for a config whose data.root is not there yet
 # (the paper config's placeholder): CoOp's DATASETS.md / the CoOp paper's dataset table; ImageNet's test = its val.
 COOP_SIZES = {
@@ -90,16 +95,20 @@ def plan(params: Params, record: dict) -> pd.DataFrame:
     device_rate = pooled_rate(jobs)
     rows = []
     for rule, mine in planned.groupby("rule", sort=False):
-        seen = jobs[jobs["rule"] == rule]
+        seen, kin = jobs[jobs["rule"] == rule], ""
+        if seen.empty and rule.endswith(KIN_SUFFIXES):  # a protocol the record did not run: its stage's jobs
+            kin = rule.rsplit("_", 1)[0]
+            seen = jobs[jobs["rule"].str.split("_").str[0] == kin]
+            kin = f" of {kin} (the record ran no {rule} job; the same stage, the same units of work)"
         if seen.empty:
             rows.append({"rule": rule, "jobs": len(mine), "seconds": np.nan, "max_rss_mb": np.nan,
                          "basis": "no job of this stage in the record"})
             continue
         overhead, rate = fit(seen["work"].to_numpy(float), seen["seconds"].to_numpy(float), seen["runs"].to_numpy(float))
-        basis = f"{len(seen)} recorded jobs: {overhead:.1f} s a run + {rate:.3g} s per unit of work"
+        basis = f"{len(seen)} recorded jobs{kin}: {overhead:.1f} s a run + {rate:.3g} s per unit of work"
         if shows_no_work(rate, seen) and mine["work"].max() > seen["work"].max() and device_rate > rate:
             rate = device_rate  # its jobs' times did not grow with their work (fixed costs, load): the device's rate
-            basis = f"{len(seen)} recorded jobs: {overhead:.1f} s a run + the device's {rate:.3g} s per unit of work"
+            basis = f"{len(seen)} recorded jobs{kin}: {overhead:.1f} s a run + the device's {rate:.3g} s per unit of work"
         seconds = float((overhead * mine["runs"] + rate * mine["work"]).sum())
         rows.append({"rule": rule, "jobs": len(mine), "seconds": seconds, "max_rss_mb": float(seen["max_rss_mb"].max()),
                      "basis": basis})
@@ -161,7 +170,9 @@ def pooled_rate(jobs: pd.DataFrame) -> float:
     return _bounded_fit(columns, valid["work"].to_numpy(float), valid["seconds"].to_numpy(float))[1]
 
 
-SEEDED = ("train", "train_transfer", "fuse", "fuse_transfer", "evaluate", "evaluate_transfer")
+KIN_SUFFIXES = ("_transfer", "_fewshot")  # train_fewshot is priced from train's jobs when the record has none
+SEEDED = ("train", "train_transfer", "train_fewshot", "fuse", "fuse_transfer", "fuse_fewshot", "evaluate",
+          "evaluate_transfer", "evaluate_fewshot")
 
 
 def runs(params: Params, rule: str) -> int:
@@ -187,6 +198,7 @@ def planned_jobs(params: Params) -> list[str]:
     for rule in ("train", "fuse", "evaluate"):
         jobs += [f"{rule}/{m}/{d}" for m in methods for d in study.base_to_novel]
         jobs += [f"{rule}_transfer/{m}" for m in methods] if study.transfer_on is not None else []
+        jobs += [f"{rule}_fewshot/{m}/{d}/shots{k}" for m in methods for d, k in study.few_shot_runs()]
     return jobs
 
 
@@ -195,6 +207,25 @@ def work(params: Params, job: str) -> float:
     rule, *parts = job.split("/")
     image, prompt = image_gflops(params.model.arch), prompt_gflops(params.model.arch)
     seeds = len(params.data.seeds)
+    if rule == "train_fewshot":  # K shots of every class, the recipe of K
+        method, dataset, shots = parts[0], parts[1], int(parts[2].removeprefix("shots"))
+        if method in TRAINS_NOTHING:
+            return 0.0
+        classes = size(params, dataset).classes
+        if method in FITS_FEATURES:  # one forward pass of its K training and min(K, val_shots) validation shots
+            return seeds * (shots + min(shots, params.data.val_shots)) * classes * image
+        resolved = params.train.recipe(method, dataset, "few_shot", shots)
+        epochs, batch = int(resolved.get("epochs", 0)), int(resolved.get("batch_size", 1))
+        images = shots * classes
+        steps = epochs * math.ceil(images / batch)
+        return seeds * (epochs * images * 3 * image + steps * classes * 3 * prompt)
+    if rule == "fuse_fewshot":
+        classes = size(params, parts[1]).classes
+        shots = int(parts[2].removeprefix("shots"))
+        return seeds * (min(shots, params.data.val_shots) * classes * image + classes * prompt)
+    if rule == "evaluate_fewshot":
+        scored = size(params, parts[1])
+        return seeds * (scored.test * image + scored.classes * prompt)
     if rule in ("train", "train_transfer"):
         method = parts[0]
         transfer = rule == "train_transfer"
@@ -202,6 +233,8 @@ def work(params: Params, job: str) -> float:
         if method in TRAINS_NOTHING:
             return 0.0
         classes = _classes(params, dataset, transfer)
+        if method in FITS_FEATURES:  # one forward pass of each shot, no text tower (the fits: seconds)
+            return seeds * (params.data.shots + params.data.val_shots) * classes * image
         epochs, batch = recipe(params, method, dataset, transfer)
         images = params.data.shots * classes
         steps = epochs * math.ceil(images / batch)

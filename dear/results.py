@@ -23,6 +23,9 @@ Conventions the table must keep (checked by `check_eval`):
   `label` indexes the dataset's full class list.
 - protocols `cross_dataset` and `domain_generalization`: split `all`; a row
   with `target == source` is the source dataset itself, averages leave it out.
+- protocol `few_shot_<K>` (`few_shot_protocol(K)`, K >= 1): a model trained on K
+  shots of every class of a dataset, tested on all its classes: split `all`,
+  `target == source`; one protocol per K, so the runs of every K stay apart.
 - `0 <= correct <= total`, `total >= 1`, no class counted twice;
   `hits` holds `total` entries of which `correct` are true.
 """
@@ -45,7 +48,7 @@ EVAL_SCHEMA = pa.schema([
     pa.field("method", pa.string()),      # one of dear.model.methods.METHODS
     pa.field("source", pa.string()),      # dataset the model was trained on
     pa.field("seed", pa.int64()),         # few-shot seed of the run
-    pa.field("protocol", pa.string()),    # one of PROTOCOLS
+    pa.field("protocol", pa.string()),    # one of PROTOCOLS, or few_shot_<K> (few_shot_protocol)
     pa.field("target", pa.string()),      # dataset evaluated
     pa.field("split", pa.string()),       # base | novel | all
     pa.field("stream", pa.string()),      # output | cls | <concept> | rep
@@ -57,6 +60,7 @@ EVAL_SCHEMA = pa.schema([
 ])
 
 PROTOCOLS = ("base_to_novel", "cross_dataset", "domain_generalization")
+FEW_SHOT = "few_shot"  # a few-shot run's rows: protocol few_shot_<K> (K training shots per class), split all
 OUTPUT = "output"  # the stream a method reports
 FUSED = "fused"    # the fused logits on every class, seen or not (the other inference on unseen classes)
 SPLITS_OF = {"base_to_novel": ("base", "novel"), "cross_dataset": ("all",), "domain_generalization": ("all",)}
@@ -74,17 +78,19 @@ def check_eval(frame: pd.DataFrame, where: str | os.PathLike) -> None:
         _fail(where, f"empty values in columns {nulls}")
     if frame.empty:
         _fail(where, "no rows")
-    bad_protocol = sorted(set(frame["protocol"]) - set(PROTOCOLS))
+    bad_protocol = sorted(p for p in set(frame["protocol"]) if p not in PROTOCOLS and shots_of(p) is None)
     if bad_protocol:
-        _fail(where, f"unknown protocol {bad_protocol[0]!r} (expected one of {', '.join(PROTOCOLS)})")
+        _fail(where, f"unknown protocol {bad_protocol[0]!r} (expected one of {', '.join(PROTOCOLS)} or "
+                     f"{FEW_SHOT}_<K>)")
     for protocol, rows in frame.groupby("protocol", sort=True):
-        bad_split = sorted(set(rows["split"]) - set(SPLITS_OF[protocol]))
+        splits = SPLITS_OF.get(protocol, ("all",))
+        bad_split = sorted(set(rows["split"]) - set(splits))
         if bad_split:
-            _fail(where, f"split {bad_split[0]!r} in protocol {protocol} (expected {' | '.join(SPLITS_OF[protocol])})")
-    b2n = frame[frame["protocol"] == "base_to_novel"]
-    if (b2n["source"] != b2n["target"]).any():
-        row = b2n[b2n["source"] != b2n["target"]].iloc[0]
-        _fail(where, f"base_to_novel row with source {row['source']!r} != target {row['target']!r}")
+            _fail(where, f"split {bad_split[0]!r} in protocol {protocol} (expected {' | '.join(splits)})")
+    own = frame[(frame["protocol"] == "base_to_novel") | frame["protocol"].map(lambda p: shots_of(p) is not None)]
+    if (own["source"] != own["target"]).any():
+        row = own[own["source"] != own["target"]].iloc[0]
+        _fail(where, f"{row['protocol']} row with source {row['source']!r} != target {row['target']!r}")
     if (frame["total"] < 1).any() or (frame["correct"] < 0).any() or (frame["correct"] > frame["total"]).any():
         _fail(where, "counts out of range (need 0 <= correct <= total and total >= 1)")
     lengths = frame["hits"].map(len)
@@ -101,6 +107,18 @@ def check_eval(frame: pd.DataFrame, where: str | os.PathLike) -> None:
 
 def _fail(where: str | os.PathLike, problem: str) -> None:
     raise DearError(f"{where}: {problem}; rerun `dear evaluate` for this run")
+
+
+def few_shot_protocol(shots: int) -> str:
+    """The protocol of a few-shot run's rows: few_shot_<K>, so runs of different K stay apart (CELL_KEY)."""
+    return f"{FEW_SHOT}_{shots}"
+
+
+def shots_of(protocol: str) -> int | None:
+    """K of a few_shot_<K> protocol, else None."""
+    head, _, count = str(protocol).rpartition("_")
+    ok = head == FEW_SHOT and count.isdigit() and count == str(int(count)) and int(count) >= 1
+    return int(count) if ok else None
 
 
 # --- writing (evaluate) and reading (report) -----------------------------------

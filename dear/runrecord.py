@@ -101,6 +101,7 @@ def read_model(path: Path) -> dict:
     recipe = meta.get("recipe")
     return {"file": str(path), "method": method.get("name") if isinstance(method, dict) else method,
             "dataset": meta.get("dataset"), "classes": meta.get("classes"), "seed": meta.get("seed"),
+            **({"shots": meta["shots"]} if meta.get("shots") is not None else {}),  # a few-shot run's K
             "params_sha256": meta.get("params_sha256"),
             "recipe": recipe if recipe is not None else {"train (recorded section)": made_by.get("params", {})
                                                          .get("train")},
@@ -120,7 +121,7 @@ def read_evaluation(path: Path) -> dict:
 
 def _process(made_by: dict) -> dict:
     return {"code": made_by.get("code", {}), "versions": made_by.get("versions", {}),
-            "devices": made_by.get("devices", {})}
+            "devices": made_by.get("devices", {}), "compute": made_by.get("compute", {})}
 
 
 def build(models: list[Path], evals: list[Path], benchmarks: list[Path], params: dict, report: dict) -> dict:
@@ -136,6 +137,7 @@ def build(models: list[Path], evals: list[Path], benchmarks: list[Path], params:
         "code": _distinct([p["code"] for p in processes + [report]]),
         "versions": _distinct([p["versions"] for p in processes + [report]]),
         "devices": _distinct([_device_names(p["devices"]) for p in processes]),
+        "compute": _distinct([p["compute"] for p in processes]),  # what decided the floats (dear.reproducible)
         "peak_gpu_memory_mb": max([peak for p in processes if (peak := _gpu_peak(p["devices"])) is not None],
                                   default=None),
         "data": _manifests(evaluated),
@@ -231,7 +233,9 @@ def _recipes(models: list[dict]) -> list[str]:
             continue  # a model.pt from before recipes were recorded: record.json keeps its train section
         values = [str(settings.get(key, {}).get("value", "—")) for key in RECIPE_COLUMNS]
         differs = [f"{key} {s['value']} (authors {s['authors']})" for key, s in sorted(settings.items()) if "authors" in s]
-        rows[(model["method"], model["dataset"], model["recipe"].get("protocol", model["classes"]))] = \
+        protocol = model["recipe"].get("protocol", model["classes"])
+        shots = model["recipe"].get("shots")  # few-shot runs: one row per shot count K
+        rows[(model["method"], model["dataset"], protocol if shots is None else f"{protocol} {shots}")] = \
             values + ["; ".join(differs) or "none"]
     if not rows:
         return []

@@ -73,6 +73,9 @@ def make_inputs(root: Path) -> Inputs:
     raw["world"]["attribute_sets"] = ["colors"]
     raw["backbone"]["steps"] = 2
     raw["profile"].update(max_images=8, batch_size=8, svd_rank=4, texts_per_head=3, layers=2)
+    recipes = raw["train"]["recipes"]  # prompt depths that fit dear-world-tiny's 2 layers (as configs/smoke.yaml's)
+    recipes["maple"]["prompt_depth"] = 2
+    recipes["promptsrc"].update(vision_depth=2, text_depth=2)
     params.write_text(yaml.safe_dump(raw, sort_keys=False))
     inputs = Inputs(root, params, root / "world", root / "backbone", root / "data/world_objects", root / "roles.parquet",
                     root / "runs/train/model.pt", root / "runs/fuse/fusion.json")
@@ -172,6 +175,10 @@ PARAMS = [
     params_case("twin-weight-nan", "backbone", "backbone.twin_weights.color: .nan (a float in a mapping)",
                 lambda raw: raw["backbone"]["twin_weights"].__setitem__("color", float("nan")),
                 ["backbone.twin_weights.color", "finite"]),
+    params_case("bf16-reproducible", "backbone", "backbone.precision: bf16 with compute.reproducible: true",
+                lambda raw: (raw["backbone"].__setitem__("precision", "bf16"),
+                             raw["compute"].__setitem__("reproducible", True)),
+                ["backbone.precision: bf16", "other weights on every kind of CPU", "set backbone.precision: fp32"]),
     params_case("seeds-repeated", "prepare", "data.seeds: [1, 1]", _data("seeds", [1, 1]), ["data.seeds", "twice"]),
     params_case("seed-negative", "prepare", "data.seeds: [-1]", _data("seeds", [-1]), ["data.seeds.0", "greater than"]),
     params_case("seeds-empty", "prepare", "data.seeds: []", _data("seeds", []), ["data.seeds", "at least 1"]),
@@ -340,6 +347,13 @@ def _fewshot_with(inputs: Inputs, here: Path, split: str, path: str) -> None:
     write_parquet(here / "fewshot-seed1.parquet", table, FEWSHOT_SCHEMA)
 
 
+def _fewshot_without(inputs: Inputs, here: Path, split: str) -> None:
+    """A copy of the few-shot table without its `split` shots."""
+    table = pq.read_table(inputs.fewshot)
+    keep = pa.array([value != split for value in table["fewshot_split"].to_pylist()])
+    write_parquet(here / "fewshot-seed1.parquet", table.filter(keep), FEWSHOT_SCHEMA)
+
+
 def _source_with(inputs: Inputs, here: Path, path: str, content: bytes | None) -> None:
     """A copy of the prepared dataset whose first test image is `path` (absent, or holding `content`)."""
     shutil.copytree(inputs.data, here / "data" / "world_objects")
@@ -376,6 +390,12 @@ IMAGES = [
                                 "--out", "out/fusion.json"], str(i.params)),
          setup=lambda i, here, patch: (_fewshot_with(i, here, "val", "gone.png"),
                                        shutil.copy(i.data / "manifest.parquet", here / "manifest.parquet")) and None),
+    Case("no-val-shots-linear-probe", "train", "linear_probe on a few-shot table without validation shots",
+         ["no validation shots of the base classes", "linear_probe searches its C on them"],
+         lambda i: with_params(["train", "--method", "linear_probe", "--dataset", "world_objects", "--backbone",
+                                i.backbone, "--fewshot", "fewshot-seed1.parquet", "--out", "out", "--checkpoint",
+                                "ckpt/ckpt.pt"], str(i.params)),
+         setup=lambda i, here, patch: _fewshot_without(i, here, "val")),
     Case("missing-test-image-evaluate", "evaluate", "a test image listed in the manifest is gone",
          ["test image(s) not found", "gone.png"], _evaluate_on("data/world_objects"),
          setup=lambda i, here, patch: _source_with(i, here, "gone.png", None)),
@@ -420,6 +440,72 @@ DATA = [
          ["class 2", "no usable train image", "empty class folder"],
          lambda i: with_params(["prepare", "--dataset", "imagenet", "--out", "out"]),
          setup=_dataset("imagenet", _empty_a_class)),
+]
+
+
+def _own(damage: Callable[[Path], None], declared: dict | None = None, name: str = "mine"):
+    """A dataset of one's own (tests/own_data.py: 3 colour classes, ImageFolder + its CSV) in the case's folder,
+    damaged, declared under data.custom and used by the study."""
+    def setup(inputs: Inputs, here: Path, patch) -> None:
+        from tests.own_data import csv_copy, imagefolder
+
+        csv_copy(imagefolder(here / "mine", train=4, test=2, size=8,
+                             classes={"red": (220, 40, 40), "green": (40, 180, 60), "blue": (40, 70, 220)}))
+        damage(here / "mine")
+        entry = declared or {"format": "imagefolder", "path": "mine"}
+        params_with(inputs, here, lambda raw: raw["data"].update(datasets=[name], custom={name: entry}, shots=2) or
+                    raw["study"].update(base_to_novel=[name], transfer=None) or raw["profile"].update(dataset=name))
+    return setup
+
+
+def _csv_rows(edit: Callable[[list[str]], list[str]]) -> Callable[[Path], None]:
+    def damage(folder: Path) -> None:
+        lines = (folder / "images.csv").read_text().splitlines()
+        (folder / "images.csv").write_text("\n".join(edit(lines)) + "\n")
+    return damage
+
+
+def _own_case(id: str, given: str, expect: list[str], damage: Callable[[Path], None] = lambda folder: None,
+              declared: dict | None = None, name: str = "mine") -> Case:
+    return Case(id, "prepare", given, expect, lambda i: with_params(["prepare", "--dataset", name, "--out", "out"]),
+                setup=_own(damage, declared, name))
+
+
+_CSV = {"format": "csv", "path": "mine/images.csv"}
+_LABELS = {"format": "csv", "path": "mine/images.csv", "classnames": {0: "blue", 1: "green"}}
+
+OWN_DATA = [
+    _own_case("own-empty-class", "data.custom imagefolder: a class folder of train/ holds no image",
+              ["mine/train/green: empty class folder", "add its images or remove the folder"],
+              lambda f: [image.unlink() for image in (f / "train/green").iterdir()]),
+    _own_case("own-test-class-not-in-train", "data.custom imagefolder: test/ has a class train/ lacks",
+              ["mine/test/purple", "is in test/ but not in train/"],
+              lambda f: shutil.copytree(f / "test/red", f / "test/purple")),
+    _own_case("own-no-test", "data.custom imagefolder: no test/ folder",
+              ["mine/test: no test folder", "never scores its training images"],
+              lambda f: shutil.rmtree(f / "test")),
+    _own_case("own-not-an-image", "data.custom imagefolder: a .png that is a text file",
+              ["mine/train/red/red_000.png: unreadable", "data.skip_bad"],
+              lambda f: (f / "train/red/red_000.png").write_text("not an image")),
+    _own_case("own-same-file-two-splits", "data.custom csv: one image listed in train and in test",
+              ["listed in both train and test", "images.csv:2 and", "keep each image in one split"],
+              _csv_rows(lambda lines: lines + [lines[1].rsplit(",", 1)[0] + ",test"]), _CSV),
+    _own_case("own-csv-missing-image", "data.custom csv: a row's image does not exist",
+              ["images.csv:3: image mine/train/blue/gone.png not found", "relative to the CSV file"],
+              _csv_rows(lambda lines: lines[:2] + ["train/blue/gone.png,blue,train"] + lines[2:]), _CSV),
+    _own_case("own-label-without-name", "data.custom csv: integer labels, label 2 not in classnames",
+              ["label 2 has no class name", "add 2 to data.custom.mine.classnames"],
+              _csv_rows(lambda lines: ["path,label,split"] + [
+                  ",".join([row.split(",")[0], str(["blue", "green", "red"].index(row.split(",")[1])), row.split(",")[2]])
+                  for row in lines[1:]]), _LABELS),
+    _own_case("own-too-few-to-carve-val", "data.custom imagefolder: no val/ and a class with 2 training images",
+              ["class 'red' has 2 training image(s), too few to carve", "or add a val/ split"],
+              lambda f: [image.unlink() for image in sorted((f / "train/red").iterdir())[:2]]),
+    _own_case("own-built-in-name", "data.custom names a dataset eurosat (it would get EuroSAT's recipe)",
+              ["'eurosat' is a built-in dataset's name", "my_eurosat"], name="eurosat"),
+    _own_case("own-unknown-format", "data.custom.mine.format: folder",
+              ["data.custom.mine.format", "unknown format 'folder'", "imagefolder, csv, coop-json"],
+              declared={"format": "folder", "path": "mine"}),
 ]
 
 
@@ -489,7 +575,57 @@ RECORD = [
          setup=_crafted("model.pt")),
 ]
 
-CASES = PARAMS + YAML + NUMBERS + FILESYSTEM + IMAGES + DATA + LOADING + RECORD
+def _few_shot(section) -> Callable[[dict], None]:
+    return lambda raw: raw["study"].__setitem__("few_shot", section)
+
+
+FEW_SHOT = [  # study.few_shot and the few-shot runs' --shots
+    params_case("few-shot-dataset-unprepared", "prepare", "study.few_shot.datasets names a dataset data.datasets lacks",
+                _few_shot({"datasets": ["dtd"], "shots": [1]}), ["study.few_shot.datasets uses dtd",
+                                                                 "add dtd to data.datasets"]),
+    params_case("few-shot-shots-repeated", "prepare", "study.few_shot.shots: [1, 1]",
+                _few_shot({"datasets": ["world_objects"], "shots": [1, 1]}), ["study.few_shot.shots", "twice"]),
+    Case("shots-table-mismatch-train", "train", "--shots 1 with data.shots' table (2 shots per class)",
+         ["not --shots 1", "fewshot-shots1-seed<S>.parquet"],
+         lambda i: with_params(["train", "--method", "coop", "--dataset", "world_objects", "--classes", "all",
+                                "--shots", "1", "--backbone", i.backbone, "--fewshot", i.fewshot, "--out", "out",
+                                "--checkpoint", "ckpt/ckpt.pt"], str(i.params))),
+    Case("shots-model-mismatch-evaluate", "evaluate", "--shots 2 on a model trained on base classes (no --shots)",
+         ["--shots 2", "not on 2 shots of every class", "dear train --shots"],
+         lambda i: with_params(["evaluate", "--model", i.model, "--fusion", i.fusion, "--backbone", i.backbone,
+                                "--source", i.data, "--classes", "all", "--shots", "2", "--data", i.data.parent,
+                                "--out", "out"], str(i.params))),
+]
+
+
+def _predict(i: Inputs, images: str, *extra: str) -> list:
+    return with_params(["predict", "--model", i.model, "--backbone", i.backbone, "--images", images, "--out", "out",
+                        *extra], str(i.params))
+
+
+def _broken_images(inputs: Inputs, here: Path, patch) -> None:
+    (here / "images").mkdir()
+    (here / "images/a.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    (here / "images/b.jpg").write_text("not an image")
+
+
+PREDICT = [
+    Case("no-images-predict", "predict", "--images: a folder without image files", ["no image files in this folder"],
+         lambda i: _predict(i, "images"), setup=lambda i, here, patch: (here / "images").mkdir()),
+    Case("unreadable-images-predict", "predict", "--images: every image is unreadable (one bad image is a row)",
+         ["none of the 2 image(s) could be read", "a.png: not a readable image"], lambda i: _predict(i, "images"),
+         setup=_broken_images),
+    Case("repeated-class-predict", "predict", "--class-list: a class name listed twice", ["'cat' is listed 2 times"],
+         lambda i: _predict(i, str(i.root / "raw/world_objects/images"), "--class-list", "classes.txt"),
+         setup=lambda i, here, patch: (here / "classes.txt").write_text("cat\ndog\ncat\n") and None),
+    Case("fusion-of-another-model-predict", "predict", "--fusion: alpha of another model (3 streams for coop's 1)",
+         ["no alpha of 1 streams for coop"],
+         lambda i: _predict(i, str(i.root / "raw/world_objects/images"), "--fusion", "fusion.json"),
+         setup=lambda i, here, patch: (here / "fusion.json").write_text('{"alpha": [0.5, 0.25, 0.25]}') and None),
+]
+
+
+CASES = PARAMS + YAML + NUMBERS + FILESYSTEM + IMAGES + DATA + OWN_DATA + LOADING + RECORD + PREDICT + FEW_SHOT
 
 
 # --- running one ------------------------------------------------------------------------------

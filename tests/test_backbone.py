@@ -192,3 +192,32 @@ def test_corpus_augmentation_is_seeded_per_step_and_off_when_asked(params):
     assert 0.0 <= float(first.min()) and float(first.max()) <= 1.0
     off = augmentation(Augmentation(crop_scale=[1.0, 1.0], flip_prob=0.0, interpolation="bicubic"), 32)
     assert off is None and augmented(pixels, off, 0, 7) is pixels
+
+
+def test_the_world_sanity_check_is_for_the_embedded_backbone_and_names_its_key(built, tmp_path, monkeypatch):
+    """backbone.sanity.enabled: auto scores only the embedded backbone on the world; by hand, one's own weights need
+    no world, and a check asked for without one says which key turns it off."""
+    from dear.params import sanity_on, world_needed
+
+    params_file, _, folder = built
+    monkeypatch.chdir(tmp_path)  # --world's default, world/, is not there
+    weights = tmp_path / "own.pt"
+    weights.write_bytes((folder / "model.pt").read_bytes())
+    raw = yaml.safe_load(params_file.read_text())
+    raw["model"]["pretrained"] = str(weights)
+    raw["data"]["source"] = "coop"
+    for enabled, code in (("auto", 0), (True, 1)):
+        raw["backbone"]["sanity"]["enabled"] = enabled
+        path = tmp_path / f"{enabled}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        assert sanity_on(load_params(path)) is (enabled is True) and world_needed(load_params(path)) is (enabled is True)
+        out = tmp_path / f"backbone-{enabled}"
+        result = CliRunner().invoke(app, ["backbone", "--params", str(path), "--out", str(out)])  # --world: world
+        assert result.exit_code == code, result.output
+    assert json.loads((tmp_path / "backbone-auto/card.json").read_text())["sanity"] is None
+    line = result.stderr.strip()
+    assert line.count("\n") == 0 and "world/card.json: not found" in line and "backbone.sanity.enabled: true" in line
+    assert "run `dear world` first" in line and "or set backbone.sanity.enabled: false" in line
+    raw["model"]["pretrained"], raw["backbone"]["sanity"]["enabled"] = "embedded", "auto"
+    (tmp_path / "embedded.yaml").write_text(yaml.safe_dump(raw))
+    assert sanity_on(load_params(tmp_path / "embedded.yaml"))

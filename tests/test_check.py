@@ -247,10 +247,10 @@ def test_the_stages_device_is_the_cpu_here_and_cuda_is_refused_in_one_line():
     from dear.errors import DearError
     from dear.params import Compute
 
-    assert devices.resolve(Compute(device="auto", precision="bf16", workers=0)) == torch.device("cpu")
+    assert devices.resolve(Compute(device="auto", precision="bf16", workers=0, reproducible=True)) == torch.device("cpu")
     assert not devices.uses_bf16(torch.device("cpu"), "bf16")  # CPU stays fp32
     with pytest.raises(DearError, match="compute.device: cuda requested but torch sees no CUDA device"):
-        devices.resolve(Compute(device="cuda", precision="bf16", workers=0))
+        devices.resolve(Compute(device="cuda", precision="bf16", workers=0, reproducible=True))
 
 
 def test_the_log_line_names_the_precision_a_stage_really_runs_on_the_cpu():
@@ -268,9 +268,16 @@ def test_a_study_with_every_protocol_off_is_refused(tmp_path):
     params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
                   study={"base_to_novel": [], "transfer": None})
     found = [finding.text for finding in check_file(params)[1]]
-    assert found == ["study.base_to_novel is empty and the transfer protocols are off (study.transfer): nothing would "
-                     "be trained; list datasets in study.base_to_novel, or switch study.transfer on"]
+    assert found == ["study.base_to_novel is empty and the transfer and few-shot protocols are off (study.transfer, "
+                     "study.few_shot): nothing would be trained; list datasets in study.base_to_novel, or switch "
+                     "study.transfer or study.few_shot on"]
     assert check_file(edit(params, study={"base_to_novel": ["world_objects"]}))[1] == []
+    few = {"datasets": ["world_objects"], "shots": [1, 2]}
+    alone = edit(params, study={"base_to_novel": [], "few_shot": few})
+    assert check_file(alone)[1] == [], "few-shot learning alone is a study"
+    off = [finding.text for finding in check_file(edit(params, study={"few_shot": {**few, "enabled": False}}))[1]]
+    assert off == found
+    edit(params, study={"base_to_novel": ["world_objects"], "few_shot": None})
     disabled = {"enabled": False, "source": "nowhere", "cross_dataset": [], "domain_generalization": []}
     assert check_file(edit(params, study={"transfer": disabled}))[1] == [], "a protocol that is off names no dataset"
 
@@ -299,3 +306,17 @@ def test_the_pages_examples_are_what_dear_check_prints(tmp_path):
     for output in (waiting.stderr, paper.stderr):
         lines = [line for line in output.splitlines() if "this machine has" not in line]  # a CPU count's warning
         assert lines and all(line in page for line in lines), output
+
+
+def test_a_few_shot_dataset_with_a_test_split_only_is_refused(tmp_path):
+    params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
+                  study={"few_shot": {"datasets": ["world_objects"], "shots": [1]}})
+    raw = yaml.safe_load(params.read_text())
+    raw["data"].update(source="coop", datasets=["imagenet", "imagenet-sketch"])
+    raw["study"].update(base_to_novel=["imagenet"], transfer=None,
+                        few_shot={"datasets": ["imagenet", "imagenet-sketch"], "shots": [1]})
+    raw["profile"]["dataset"] = "imagenet"
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    found = [finding.text for finding in check_file(params)[1] if "study.few_shot" in finding.text]
+    assert found == ["study.few_shot.datasets: imagenet-sketch has a test split only (a domain-shift target), so no "
+                     "shot can be drawn from it; remove it from study.few_shot.datasets"]

@@ -111,3 +111,18 @@ def test_plan_prices_a_config_from_the_record_of_a_run(project):
 def test_check_prints_the_price_of_a_config_with_a_record(project):
     out = run([str(BIN / "dear"), "check", "--params", "runA.yaml"], project).stdout
     assert "cost: about" in out and "runA/report/record.json" in out
+
+
+def test_compare_takes_a_demo_snapshot_as_one_side(project, tmp_path):
+    """docs/demo as `python -m dear.docs --snapshot` leaves it (record.json, evals.parquet) against a run's report."""
+    from dear.compare import write_comparable
+
+    snapshot = tmp_path / "demo"
+    assert write_comparable(project / "runA/report", snapshot) == [snapshot / "evals.parquet", snapshot / "record.json"]
+    assert "jobs" not in json.loads((snapshot / "record.json").read_text())
+    same = run([str(BIN / "dear"), "compare", str(snapshot), "runA", "--params", "runA.yaml"], project).stdout
+    assert "- **params**: 0 differ" in same and "## Machines\n\n- the same: CPU maker, instruction sets" in same
+    assert ": 0 moved beyond noise, 0 moved within noise" in same
+    moved = run([str(BIN / "dear"), "compare", str(snapshot), "runB", "--params", "runA.yaml"], project).stdout
+    assert "  - `backbone.steps`: 60 → 30" in moved and ": 0 moved beyond noise, 0 moved within noise" not in moved
+    assert moved.index("## Machines") < moved.index("## Numbers")

@@ -221,6 +221,12 @@ def study_config(tmp_path: Path, name: str, change) -> str:
      {"backbone", "prepare", "profile", "train", "fuse", "evaluate", "report"}),
     ("transfer-only", lambda raw: raw["study"].update(base_to_novel=[]),
      {"backbone", "prepare", "profile", "train_transfer", "fuse_transfer", "evaluate_transfer", "report"}),
+    ("few-shot-only", lambda raw: raw["study"].update(base_to_novel=[], transfer=None,
+                                                      few_shot={"datasets": ["dtd", "eurosat"], "shots": [1, 4]}),
+     {"backbone", "prepare", "profile", "train_fewshot", "fuse_fewshot", "evaluate_fewshot", "report"}),
+    ("few-shot-disabled", lambda raw: raw["study"].update(
+        transfer=None, few_shot={"enabled": False, "datasets": ["dtd"], "shots": [1, 4]}),
+     {"backbone", "prepare", "profile", "train", "fuse", "evaluate", "report"}),
 ])
 def test_a_protocol_that_is_off_makes_no_job_in_either_engine(project, tmp_path, name, change, stages):
     config = study_config(project, name, change)
@@ -231,3 +237,9 @@ def test_a_protocol_that_is_off_makes_no_job_in_either_engine(project, tmp_path,
     planned = run([str(BIN / "dvc"), "repro", "--dry", f"{name}/dvc.yaml"], project).stdout
     ran = {stage.split("@")[0].split(":")[-1] for stage in re.findall(r"Running stage '([^']+)'", planned)}
     assert ran == stages | {"check"}, ran  # and no world: real data and real weights read none
+    few = (yaml.safe_load(config.read_text())["study"].get("few_shot") or {})
+    if few.get("enabled", True) and few:  # one job per method x dataset x shot count, in both engines
+        trained = [c for c in snake if c.startswith("dear train") and "--shots " in c]
+        methods = yaml.safe_load(config.read_text())["study"]["methods"]
+        assert len(trained) == len(methods) * len(few["datasets"]) * len(few["shots"])
+        assert any(f"--fewshot {name}/data/eurosat/fewshot-shots4-seed{{seed}}.parquet" in c for c in trained)

@@ -157,3 +157,41 @@ def test_prepare_fewshot_tables_match_coop_end_to_end(tmp_path, monkeypatch):
             base_train, base_val = coop_subsample_classes(train, val, subsample=coop_name)
             rows = table.filter(np.array(table["subset"].to_pylist()) == subset)
             assert rows["subset_label"].to_pylist() == [d.label for d in base_train + base_val]
+
+
+def test_prepare_writes_dassls_draw_for_every_shot_count_of_study_few_shot(tmp_path, monkeypatch):
+    """study.few_shot: one table per K and seed, CoOp's picks with DATASET.NUM_SHOTS K (shot_K-seed_S.pkl): the draw
+    depends on K, so a 2-shot table is not the first 2 shots of the 4-shot one; data.shots' tables stay as they were."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    make_fake_dataset("data", "oxford_pets", n_classes=7, per_class=6, seed=4)
+    params = write_params("params.yaml", root="data", datasets=["oxford_pets"], seeds=[1, 2], shots=4, workers=1)
+    raw = yaml.safe_load(params.read_text())
+    raw["study"]["few_shot"] = {"datasets": ["oxford_pets"], "shots": [1, 2, 4]}
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    result = CliRunner().invoke(app, ["prepare", "--dataset", "oxford_pets", "--out", "out", "--params", str(params)])
+    assert result.exit_code == 0, result.output
+
+    split = json.loads((tmp_path / "data/oxford_pets/split_zhou_OxfordPets.json").read_text())
+    image_dir = os.path.join("data", "oxford_pets", "images")
+    datums = {name: [Datum(os.path.join(image_dir, p), y, c) for p, y, c in split[name]] for name in split}
+    for seed in (1, 2):
+        for shots in (1, 2, 4):
+            table = read_fewshot(f"out/fewshot-shots{shots}-seed{seed}.parquet")
+            train, val = coop_fewshot(datums["train"], datums["val"], shots=shots, seed=seed)
+            expected = [("train", d.impath) for d in train] + [("val", d.impath) for d in val]
+            assert list(zip(table["fewshot_split"].to_pylist(), table["path"].to_pylist())) == expected
+        assert read_fewshot(f"out/fewshot-shots4-seed{seed}.parquet") == read_fewshot(f"out/fewshot-seed{seed}.parquet")
+    two, four = (read_fewshot(f"out/fewshot-shots{k}-seed1.parquet") for k in (2, 4))
+    firsts = [path for label in range(7) for path in
+              [p for p, y, s in zip(four["path"].to_pylist(), four["label"].to_pylist(), four["fewshot_split"].to_pylist())
+               if y == label and s == "train"][:2]]
+    assert sorted(firsts) != sorted(p for p, s in zip(two["path"].to_pylist(), two["fewshot_split"].to_pylist())
+                                    if s == "train")
+    raw["study"]["few_shot"] = None  # off: no per-K table
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert CliRunner().invoke(app, ["prepare", "--dataset", "oxford_pets", "--out", "out", "--params",
+                                    str(params)]).exit_code == 0
+    assert sorted(p.name for p in (tmp_path / "out").glob("fewshot-*")) == ["fewshot-seed1.parquet",
+                                                                             "fewshot-seed2.parquet"]

@@ -191,3 +191,39 @@ def test_a_second_model_on_the_same_backbone_reuses_the_frozen_blocks(project, m
     encode(models[0], nothing), encode(models[1], nothing)  # no room: every model recomputes
     assert sum(prefix_calls) == 6 * len(images) and evaluation._kept == {}
 
+
+
+def test_a_few_shot_run_trains_k_shots_of_every_class_and_is_scored_on_all_of_them(project, tmp_path):
+    """study.few_shot: prepare's K-shot table, `dear train --classes all --shots K`, fuse on its own validation
+    shots, `dear evaluate --shots K`: every class of the dataset's test split, protocol few_shot_<K>."""
+    from dear.model.trained import read_trained
+
+    root, params, _ = project
+    raw = yaml.safe_load(params.read_text())
+    raw["study"]["few_shot"] = {"datasets": ["world_objects"], "shots": [1]}
+    few = tmp_path / "params.yaml"
+    few.write_text(yaml.safe_dump(raw, sort_keys=False))
+    data = tmp_path / "data/world_objects"
+    invoke("prepare", "--params", few, "--dataset", "world_objects", "--out", data)
+    table = data / "fewshot-shots1-seed1.parquet"
+    run = tmp_path / "fewshot/coop/world_objects/shots1"
+    invoke("train", "--params", few, "--method", "coop", "--dataset", "world_objects", "--classes", "all", "--shots", 1,
+           "--seed", 1, "--backbone", root / "backbone", "--fewshot", table, "--out", run / "train/seed1",
+           "--checkpoint", tmp_path / "ckpt.pt")
+    trained = read_trained(run / "train/seed1/model.pt")
+    assert trained["shots"] == 1 and trained["classes"] == "all" and len(trained["classnames"]) == 4
+    assert trained["recipe"]["protocol"] == "few_shot" and trained["recipe"]["shots"] == 1
+    assert trained["recipe"]["settings"]["n_ctx"]["value"] == 16  # CoOp's few-shot context: 16 random vectors
+    invoke("fuse", "--params", few, "--model", run / "train/seed1/model.pt", "--fewshot", table, "--classes", "all",
+           "--backbone", root / "backbone", "--out", run / "fuse/seed1/fusion.json")
+    invoke("evaluate", "--params", few, "--model", run / "train/seed1/model.pt", "--fusion",
+           run / "fuse/seed1/fusion.json", "--source", data, "--classes", "all", "--shots", 1, "--data", data.parent,
+           "--backbone", root / "backbone", "--out", run / "eval/seed1")
+    scored = pq.read_table(run / "eval/seed1/eval.parquet").to_pandas()
+    output = scored[scored["stream"] == "output"]
+    test = select(read_manifest(data), split="test")
+    assert set(scored["protocol"]) == {"few_shot_1"} and set(output["split"]) == {"all"}
+    assert sorted(output["label"]) == [0, 1, 2, 3] and output["total"].sum() == test.num_rows
+    assert (output["source"] == output["target"]).all()
+    metrics = json.loads((run / "eval/seed1/metrics.json").read_text())
+    assert set(metrics) == {"few_shot_1"} and set(metrics["few_shot_1"]["world_objects"]) == {"accuracy"}

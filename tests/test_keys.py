@@ -53,7 +53,8 @@ def test_a_job_reads_the_keys_its_recipe_takes_from_the_config(params):
     source = reads(params, "train", "coop", "world_objects", "all")  # the transfer source: its own block
     assert source["train.recipes.coop.transfer.epochs"] == 2
     assert "train.recipes.coop.transfer.epochs" not in reads(params, "train", "coop", "world_objects")
-    assert reads(params, "train", "zeroshot", "world_objects") == {"compute.device": "auto", "data.seeds": [1, 2, 3]}
+    assert reads(params, "train", "zeroshot", "world_objects") == {"compute.device": "auto", "compute.reproducible": True,
+                                                                 "data.seeds": [1, 2, 3]}
 
 
 def test_an_override_added_for_one_dataset_changes_that_jobs_reads_only(params):
@@ -200,3 +201,23 @@ def test_the_cost_plan_prices_only_the_jobs_a_study_runs(params):
     assert any(job.startswith("train_transfer/") for job in planned_jobs(params))
     assert not any("_transfer/" in job for job in planned_jobs(changed(params, "study.transfer", None)))
     assert "world" not in planned_jobs(load_params(ROOT / "configs/paper-vitb16.yaml"))
+
+
+def test_few_shot_jobs_read_their_own_shot_counts_keys_and_no_transfer_key(params):
+    """A few-shot run reads its recipe's few_shot keys for its own K; its evaluation reads no transfer key; prepare
+    of a few-shot dataset reads the shot counts (its per-K tables), the other datasets' prepare does not."""
+    study = changed(params, "study.few_shot", {"datasets": ["world_objects_sketch"], "shots": [1, 4]})
+    study = changed(study, "train.recipes.coop.few_shot", {"shots": {1: {"epochs": 3}}})
+    key = "train.recipes.coop.few_shot.shots.1.epochs"
+    assert readers(study, key) == {"train_fewshot@coop-world_objects_sketch-1"}
+    assert readers(study, "study.few_shot.shots") == {"prepare@world_objects_sketch"}
+    evaluate = study_jobs.find(study, "evaluate_fewshot@coop-world_objects_sketch-4")
+    assert evaluate.args == {"classes": "all", "shots": 4}
+    assert not any(name.startswith("study.transfer") for name in reads(study, "evaluate", **evaluate.args))
+    names = [job.name for job in study_jobs.jobs(study)]
+    assert sum(name.startswith("train_fewshot@") for name in names) == len(params.study.methods) * 2
+    assert not any("fewshot" in job.name for job in study_jobs.jobs(params))  # params.yaml: off
+    off = changed(study, "study.few_shot.enabled", False)
+    assert not any("fewshot" in job.name for job in study_jobs.jobs(off))
+    prepare = study_jobs.find(study, "prepare@world_objects_sketch")
+    assert (3, "data/world_objects_sketch/fewshot-shots4-seed3.parquet") in prepare.records  # (seed, file)

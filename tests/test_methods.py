@@ -34,7 +34,7 @@ def features(model, images):
 
 
 def test_every_registered_method_builds_and_has_a_recipe(clip):
-    assert names()[:2] == ["zeroshot", "coop"] and set(names()) == set(REGISTRY)
+    assert names()[:3] == ["zeroshot", "linear_probe", "coop"] and set(names()) == set(REGISTRY)
     for name in names():
         model = build(clip, name, MIXED_ROLES)
         assert model.name == name and model.recipe.method == name

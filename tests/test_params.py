@@ -163,7 +163,7 @@ def _trained_recipes() -> str:
     ("train.recipes.all.datasets.x.precision=fp8", "train.recipes.all.datasets.x.precision: must be one of "
                                                    f"fp16 | amp | fp32 | bf16 for {_trained_recipes()}, got 'fp8'"),
     ("train.recipes.all.precision=amp", "train.recipes.all.precision: must be one of fp16 | fp32 | bf16 for "
-                                        "zeroshot, got 'amp'"),
+                                        "linear_probe, zeroshot, got 'amp'"),
     ("train.method=nope", "unknown method 'nope'"),
     ("study.methods=[coop, coop]", "listed twice"),
 ])

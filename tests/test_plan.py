@@ -32,6 +32,8 @@ def test_a_training_jobs_work_grows_with_seeds_epochs_shots_and_classes(tmp_path
     expected = 2 * (epochs * images * 3 * image + epochs * math.ceil(images / batch) * base * 3 * prompt)
     assert work(params, "train/coop/world_objects") == pytest.approx(expected)
     assert work(params, "train/zeroshot/world_objects") == 0.0
+    shots = params.data.shots + params.data.val_shots  # the linear probe: one forward pass of each shot, no epochs
+    assert work(params, "train/linear_probe/world_objects") == pytest.approx(2 * shots * base * image)
     raw = yaml.safe_load((tmp_path / "params.yaml").read_text())
     raw["data"]["seeds"] = [1, 2, 3, 4]
     (tmp_path / "more.yaml").write_text(yaml.safe_dump(raw))
@@ -90,3 +92,29 @@ def test_a_rate_that_explains_almost_none_of_the_time_counts_as_no_rate():
     seen = pd.DataFrame({"work": [0.0, 1.3], "seconds": [5.4, 5.38]})
     assert shows_no_work(3.5e-15, seen)  # CI: a training stage priced at 3.5e-15 s per unit of work
     assert not shows_no_work(1.0, seen) and not shows_no_work(0.0, seen.assign(work=0.0))
+
+
+def test_the_few_shot_config_is_priced_from_a_record_without_few_shot_jobs(tmp_path):
+    """configs/fewshot-vitb16.yaml: one job per method x dataset x K; a record of a base-to-novel run prices its
+    few-shot stages at the record's train, fuse and evaluate rates (the same units of work)."""
+    from dear.plan import plan
+
+    fewshot = load_params(ROOT / "configs/fewshot-vitb16.yaml")
+    jobs = planned_jobs(fewshot)
+    methods = len(fewshot.study.methods)
+    assert sum(job.startswith("train_fewshot/") for job in jobs) == methods * 11 * 5
+    assert not any(job.startswith(("train/", "train_transfer/")) for job in jobs)
+    one, sixteen = (work(fewshot, f"train_fewshot/mmrl/dtd/shots{k}") for k in (1, 16))
+    assert 12 * one < sixteen < 16 * one  # MMRL: 50 epochs at every K, 16 times the images (the prompts' steps less)
+    coop = [work(fewshot, f"train_fewshot/coop/dtd/shots{k}") for k in (1, 2, 16)]
+    assert coop[1] > 2 * coop[0] and coop[2] > 8 * coop[1]  # CoOp's epochs grow with K too (50, 100, 200)
+    assert work(fewshot, "evaluate_fewshot/dear/imagenet/shots1") == pytest.approx(
+        3 * (50_000 * image_gflops("ViT-B-16") + 1000 * prompt_gflops("ViT-B-16")))
+
+    recorded = load_params(tiny_study.write(tmp_path / "params.yaml"))
+    record = {"params": recorded.model_dump(mode="json"),
+              "jobs": [{"job": job, "rule": job.split("/")[0], "seconds": 10.0 + work(recorded, job) * 1e-3,
+                        "max_rss_mb": 500.0} for job in planned_jobs(recorded)]}
+    frame = plan(fewshot, record).set_index("rule")
+    for rule in ("train_fewshot", "fuse_fewshot", "evaluate_fewshot"):
+        assert frame.loc[rule, "seconds"] > 0 and "the record ran no" in frame.loc[rule, "basis"], rule

@@ -9,8 +9,8 @@ import yaml
 from tests.engines import BIN, ROOT, make_project, run
 
 PROFILES = ROOT / "workflow" / "profiles"
-GPU_STAGES = {"backbone", "profile", "train", "train_transfer", "fuse", "fuse_transfer",
-              "evaluate", "evaluate_transfer"}
+GPU_STAGES = {"backbone", "profile", "train", "train_transfer", "train_fewshot", "fuse", "fuse_transfer",
+              "fuse_fewshot", "evaluate", "evaluate_transfer", "evaluate_fewshot"}
 LOCAL_RULES = {"all"}  # rules without a command: Snakemake runs them itself
 
 
@@ -50,7 +50,8 @@ def test_slurm_profile_retries_with_more_memory_and_time_and_hard_codes_no_place
 
 
 def test_every_rule_that_runs_a_command_has_slurm_resources(project):
-    listing = run([str(BIN / "snakemake"), "--list-rules"], project).stdout  # "<rule> (<docstring>)" lines
+    # the smoke config: every protocol on, few-shot learning too, so every rule exists
+    listing = run([str(BIN / "snakemake"), "--list-rules", "--configfile", "configs/smoke.yaml"], project).stdout
     rules = {line.split()[0] for line in listing.splitlines() if line.strip()} - LOCAL_RULES
     missing = rules - set(load("slurm")["set-resources"])
     assert not missing, f"add {sorted(missing)} to set-resources of workflow/profiles/slurm/config.yaml"

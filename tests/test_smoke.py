@@ -29,7 +29,7 @@ def test_the_smoke_config_is_written_from_params_yaml():
 
 def test_the_smoke_study_runs_the_demo_s_methods_and_every_protocol():
     smoke, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (PATH, "params.yaml"))
-    assert smoke["study"]["methods"] == demo["study"]["methods"]
+    assert smoke["study"]["methods"] == ["zeroshot", "linear_probe", *demo["study"]["methods"][1:]]  # and lpclip
     depths = {("maple", "prompt_depth"), ("promptsrc", "vision_depth"), ("promptsrc", "text_depth")}  # tiny's 2 layers
     for recipe in (smoke, demo):
         for method, key in depths:
@@ -39,6 +39,30 @@ def test_the_smoke_study_runs_the_demo_s_methods_and_every_protocol():
     assert smoke["study"]["base_to_novel"] and transfer["cross_dataset"] and transfer["domain_generalization"]
     assert smoke["model"]["arch"] == "dear-world-tiny" and smoke["output_root"] != demo["output_root"]
     assert check_file(ROOT / PATH)[1] == []
+
+
+def test_the_smoke_study_covers_few_shot_learning_at_two_shot_counts():
+    few = load_params(ROOT / PATH).study.few_shot_on
+    assert len(few.datasets) == 1 and len(few.shots) == 2
+
+
+def test_the_demo_s_few_shot_config_is_the_demo_with_its_protocol_alone_and_make_demo_fewshot_runs_it():
+    from dear.docs.smoke import DEMO_FEWSHOT_PATH, demo_fewshot_text
+
+    assert (ROOT / DEMO_FEWSHOT_PATH).read_text() == demo_fewshot_text(ROOT), "stale: run `python -m dear.docs`"
+    few, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (DEMO_FEWSHOT_PATH, "params.yaml"))
+    for section in ("world", "backbone", "model", "train", "profile"):  # the demo's world and backbone
+        assert few[section] == demo[section], section
+    lpclip = ["zeroshot", "linear_probe", *demo["study"]["methods"][1:]]  # the demo's methods and the linear probe
+    assert few["study"]["methods"] == lpclip and few["report"] == {**demo["report"], "methods": lpclip}
+    assert few["data"]["seeds"] == [1]
+    assert few["study"]["few_shot"] == {"datasets": ["world_objects_sketch"], "shots": [1, 4, 16]}
+    assert few["study"]["base_to_novel"] == [] and few["study"]["transfer"] is None
+    assert "few_shot" not in demo["study"]  # the demo's own study stays as it is
+    assert check_file(ROOT / DEMO_FEWSHOT_PATH)[1] == []
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"--configfile {DEMO_FEWSHOT_PATH}" in makefile.partition("\ndemo-fewshot:")[2].partition("\n\n")[0]
+    assert "make demo-fewshot" in (ROOT / "README.md").read_text()
 
 
 def test_every_config_s_output_root_but_the_demo_s_is_git_ignored():
@@ -68,10 +92,13 @@ def test_snakemake_plans_every_stage_of_every_protocol_of_the_smoke_study(tmp_pa
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
     methods = len(load_params(ROOT / PATH).study.methods)
-    assert {rule: counts.get(rule) for rule in ("world", "backbone", "prepare", "profile", "report")} == \
-        {"world": 1, "backbone": 1, "prepare": 3, "profile": 1, "report": 1}
+    assert {rule: counts.get(rule) for rule in ("world", "backbone", "prepare", "prepare_fewshot", "profile",
+                                                "report")} == \
+        {"world": 1, "backbone": 1, "prepare": 2, "prepare_fewshot": 1, "profile": 1, "report": 1}
     for rule in ("train", "fuse", "evaluate", "train_transfer", "fuse_transfer", "evaluate_transfer"):
         assert counts.get(rule) == methods, (rule, counts)
+    for rule in ("train_fewshot", "fuse_fewshot", "evaluate_fewshot"):  # one dataset, two shot counts
+        assert counts.get(rule) == 2 * methods, (rule, counts)
 
 
 def _train_log(path: Path, shots: list[int]) -> Path:

@@ -19,13 +19,15 @@ from tests.engines import BIN, ROOT, make_project, run
 
 STAGE_OF_RULE = {"world": "world", "backbone": "backbone", "prepare": "prepare", "profile": "profile", "train": "train",
                  "train_transfer": "train", "fuse": "fuse", "fuse_transfer": "fuse", "evaluate": "evaluate",
-                 "evaluate_transfer": "evaluate", "report": "report"}
+                 "evaluate_transfer": "evaluate", "report": "report", "prepare_fewshot": "prepare",
+                 "train_fewshot": "train", "fuse_fewshot": "fuse", "evaluate_fewshot": "evaluate"}
 
 
 def test_every_rule_that_runs_a_command_declares_its_threads():
     rules = {}
     for path in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
-        for name, body in re.findall(r"^ *rule (\w+):\n((?:    .*\n|\n)*)", path.read_text(), flags=re.M):
+        # a rule's body: the lines indented deeper than its `rule` line (rules inside `if` blocks included)
+        for _, name, body in re.findall(r"^( *)rule (\w+):\n((?:\1    .*\n|\n)*)", path.read_text(), flags=re.M):
             rules[name] = body
     assert set(rules) == set(STAGE_OF_RULE)
     for name, body in rules.items():
@@ -106,6 +108,7 @@ def test_snakemake_gives_each_job_what_dear_uses_by_itself_under_dvc_or_by_hand(
     """The rule's threads == the stage's own default (DVC and a person get it), for a config where each differs."""
     raw = tiny_study.params()
     raw["data"]["workers"], raw["compute"]["workers"], raw["backbone"]["threads"] = 3, 2, 4
+    raw["study"]["few_shot"] = {"datasets": ["world_objects_sketch"], "shots": [1]}  # every rule planned
     project = make_project(tmp_path / "project", yaml.safe_dump(raw, sort_keys=False))
     planned = _rule_threads(project)
     assert set(planned) == set(STAGE_OF_RULE)

@@ -6,9 +6,9 @@ CoOp's `datasets/*.py` (same folders, same split files, same labels), except
 that ImageNet's file lists are sorted instead of `os.listdir` order, so the
 listing is the same on every machine.
 
-Adding a dataset whose split is a CoOp-style JSON
-(`{"train"|"val"|"test": [[impath, label, classname], ...]}`) is one line in
-`SPECS`: `_json("folder", "image_dir", "split_file.json")`.
+A dataset of one's own (any folder, ImageFolder, CSV or a CoOp-style split
+JSON at any path) needs no code: it is declared under `data.custom` and read
+by `dear.data.custom` (docs/your-data.md); `read_dataset` dispatches to it.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class Listing:
     classnames: list[str]         # [n] label -> class name
     imagenet_labels: np.ndarray | None  # [N] int32 for the ImageNet family, else None
     source: Path                  # the file that defines labels and splits (hashed into provenance)
+    base: np.ndarray | None = None  # [n] bool, True for a base class (data.custom's base_classes); None: CoOp's half
 
 
 @dataclass(frozen=True)
@@ -53,16 +54,22 @@ class DatasetSpec:
     test_only: bool = False       # domain-shift sets: every image is a test image
     val_from_train: bool = False  # no val split of its own: validation shots come from train
     coop_classes: int | None = None  # class count of CoOp's copy (a warning if it differs)
+    own: bool = False             # a dataset of one's own: `folder` is its declared path, not under data.root
 
     def dataset_dir(self, root: Path) -> Path:
-        return root / self.folder
+        return Path(self.folder) if self.own else root / self.folder
 
     def image_root(self, root: Path) -> Path:
         return root / self.folder / self.image_dir if self.image_dir else root / self.folder
 
 
-def read_dataset(name: str, root: str | Path) -> tuple[DatasetSpec, Listing]:
-    """Find `name` in the registry and list it; every problem is a one-line DearError."""
+def read_dataset(name: str, root: str | Path, custom: dict | None = None) -> tuple[DatasetSpec, Listing]:
+    """Find `name` in `custom` (data.custom) or the registry and list it; every problem is a one-line DearError."""
+    if custom and name in custom:
+        from dear.data import custom as own
+
+        spec = own.spec(name, custom[name])
+        return spec, spec.reader(spec, Path(root))
     spec = spec_for(name)
     root = Path(root)
     folder = spec.dataset_dir(root)
@@ -83,7 +90,8 @@ def read_dataset(name: str, root: str | Path) -> tuple[DatasetSpec, Listing]:
 
 def spec_for(name: str) -> DatasetSpec:
     if name not in SPECS:
-        raise DearError(f"--dataset {name}: unknown dataset; known: {', '.join(sorted(SPECS))}")
+        raise DearError(f"--dataset {name}: unknown dataset; known: {', '.join(sorted(SPECS))}; a dataset of "
+                        f"your own: declare it under data.custom in {in_use()} (docs/your-data.md)")
     return SPECS[name]
 
 

@@ -70,13 +70,17 @@ def sample_fewshot(labels: np.ndarray, splits: np.ndarray, shots: int, val_shots
     return FewShot(train=train, val=val)
 
 
-def base_novel(n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+def base_novel(n_classes: int, base: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per label: is it novel (bool [n]) and its label within its half (int32 [n]).
 
-    CoOp's `subsample_classes`: labels sorted, the first ceil(n/2) are base.
+    CoOp's `subsample_classes`: labels sorted, the first ceil(n/2) are base,
+    each half relabelled from 0 in label order. `base` ([n] bool) gives the
+    base classes instead (a dataset of one's own: `base_classes`).
     """
-    n_base = math.ceil(n_classes / 2)
-    labels = np.arange(n_classes)
-    is_novel = labels >= n_base
-    subset_label = np.where(is_novel, labels - n_base, labels).astype(np.int32)
+    if base is None:
+        base = np.arange(n_classes) < math.ceil(n_classes / 2)
+    is_novel = ~np.asarray(base, dtype=bool)
+    subset_label = np.zeros(n_classes, dtype=np.int32)
+    subset_label[~is_novel] = np.arange(int((~is_novel).sum()))
+    subset_label[is_novel] = np.arange(int(is_novel.sum()))
     return is_novel, subset_label

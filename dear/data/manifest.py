@@ -58,8 +58,11 @@ def manifest_path(folder: str | Path) -> Path:
     return Path(folder) / "manifest.parquet"
 
 
-def fewshot_path(folder: str | Path, seed: int) -> Path:
-    return Path(folder) / f"fewshot-seed{seed}.parquet"
+def fewshot_path(folder: str | Path, seed: int, shots: int | None = None) -> Path:
+    """data.shots' table (fewshot-seed<S>), or with `shots` K a few-shot run's (fewshot-shots<K>-seed<S>)."""
+    if shots is None:
+        return Path(folder) / f"fewshot-seed{seed}.parquet"
+    return Path(folder) / f"fewshot-shots{shots}-seed{seed}.parquet"
 
 
 def excluded_path(folder: str | Path) -> Path:

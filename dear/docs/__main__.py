@@ -1,4 +1,4 @@
-"""`python -m dear.docs`: rewrite configs/smoke.yaml and the generated blocks of README.md and docs/*.md.
+"""`python -m dear.docs`: rewrite the configs written from params.yaml and the generated blocks of the docs.
 
     python -m dear.docs                # after changing params.yaml, a config or a profile
     python -m dear.docs --check        # list stale files and blocks, exit 1 if any (what the test does)
@@ -30,20 +30,22 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root)
     write = partial(generate, root)
     try:
-        smoke_file = root / smoke.PATH
-        smoke_text = smoke.smoke_text(root) if (root / "params.yaml").is_file() else None
-        smoke_stale = smoke_text is not None and (not smoke_file.is_file() or smoke_file.read_text() != smoke_text)
+        stale_configs = {}  # the configs written from params.yaml (configs/smoke.yaml, configs/demo-fewshot.yaml)
+        for path, text_of in smoke.GENERATED.items() if (root / "params.yaml").is_file() else ():
+            text = text_of(root)
+            if not (root / path).is_file() or (root / path).read_text() != text:
+                stale_configs[path] = text
         if args.check:
-            found = ([f"{smoke.PATH} (written from params.yaml)"] if smoke_stale else []) + blocks.stale(root, write)
+            found = [f"{path} (written from params.yaml)" for path in stale_configs] + blocks.stale(root, write)
             for line in found:
                 print(f"stale: {line}", file=sys.stderr)
             return 1 if found else 0
         if args.snapshot is not None:
             for path in demo.snapshot(Path(args.snapshot), root):
                 print(f"wrote {path}")
-        if smoke_stale:  # first: the blocks show every config's values
-            write_text(smoke_file, smoke_text)
-            print(f"updated {smoke.PATH}")
+        for path, text in stale_configs.items():  # first: the blocks show every config's values
+            write_text(root / path, text)
+            print(f"updated {path}")
         for page in blocks.refresh(root, write):
             print(f"updated {page}")
     except DearError as err:

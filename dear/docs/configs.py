@@ -26,19 +26,24 @@ DEMO = "params.yaml"
 def config_files(root: Path) -> list[str]:
     """params.yaml (the demo) first, then every config beside it (configs/*.yaml), relative to `root`.
 
-    Not the smoke study: it is the demo at test size, written from params.yaml (dear/docs/smoke.py says how).
+    Not the smoke study nor the demo's few-shot figure: they are the demo with a few keys changed, written from
+    params.yaml (dear/docs/smoke.py says how).
     """
-    from dear.docs.smoke import PATH as SMOKE
+    from dear.docs.smoke import GENERATED
 
     configs = sorted(str(path.relative_to(root)) for path in (root / "configs").glob("*.yaml"))
-    return [DEMO, *(name for name in configs if name != SMOKE)]
+    return [DEMO, *(name for name in configs if name not in GENERATED)]
 
 
 def leaves(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str]]:
     """(dotted key, description) of every value under `model`; sections (null-able ones too) are walked into."""
     for name, field in model.model_fields.items():
         section = _section(field.annotation)
-        if section is not None:
+        if section is not None and typing.get_origin(field.annotation) is dict:  # a mapping of name -> section
+            absent = code(field.get_default(call_default_factory=True))
+            yield f"{prefix}{name}", f"{field.description or ''} (default when absent: {absent})"
+            yield from leaves(section, f"{prefix}{name}.<name>.")
+        elif section is not None:
             yield from leaves(section, f"{prefix}{name}.")
         else:
             default = "" if field.is_required() else f" (default when absent: {code(field.default)})"
@@ -57,6 +62,8 @@ def lookup(raw: dict, key: str):
     """The value at a dotted key of a parsed YAML file; KeyError when absent."""
     node = raw
     for part in key.split("."):
+        if not isinstance(node, dict):  # under a section that is null (study.transfer: null)
+            raise KeyError(key)
         node = node[part]
     return node
 
@@ -146,8 +153,44 @@ def study(root: Path, name: str = DEMO) -> str:
         parts.append(f"cross-dataset from {transfer.source} to {', '.join(transfer.cross_dataset)}")
     if transfer is not None and transfer.domain_generalization:
         parts.append(f"domain generalization from {transfer.source} to {', '.join(transfer.domain_generalization)}")
+    few = s.few_shot_on
+    if few is not None:
+        parts.append(f"few-shot learning on all classes of {', '.join(few.datasets)} with "
+                     f"{', '.join(map(str, few.shots))} shots")
     model = f"`{params.model.arch}` (weights: `{params.model.pretrained}`)"
     return f"`{name}` adapts {model} with " + "; ".join(parts) + "."
+
+
+FEW_SHOT_COUNTS = (1, 2, 4, 8, 16)
+
+
+def few_shot_recipes(root: Path) -> str:
+    """Every training method's few-shot recipe: the values its few_shot layers set per shot count, their source,
+    and the datasets where they differ (as its recipe file gives them, before any config's changes)."""
+    from dear.methods import REGISTRY, entry
+    from dear.methods.recipe import load, resolve
+
+    rows = []
+    for method in REGISTRY:
+        spec = load(entry(method).recipe)
+        if not spec.trains:
+            continue
+        few = spec.few_shot
+        layers = [*few.recipe, *(layer for k in sorted(few.shots) for layer in few.shots[k])]
+        keys = list(dict.fromkeys(key for layer in layers for key in layer.values))
+        runs = {k: resolve({}, method, "", "few_shot", k) for k in FEW_SHOT_COUNTS}
+        values = []
+        for key in keys:
+            per_k = [runs[k].settings[key].value for k in FEW_SHOT_COUNTS]
+            values.append(f"{key} {_value(per_k[0])}" if len(set(map(json.dumps, per_k))) == 1 else
+                          f"{key} " + " / ".join(_value(v) for v in per_k) + " (1 / 2 / 4 / 8 / 16 shots)")
+        kinds = sorted({layer.kind for layer in layers})
+        sources = list(dict.fromkeys(_file(layer.source) for layer in layers))
+        datasets = [f"{ds}: " + ", ".join(f"{k} {_value(v)}" for layer in layers_ for k, v in layer.values.items())
+                    for ds, layers_ in few.datasets.items()]
+        rows.append([f"**{method}**", "; ".join(values) or "its base-to-novel recipe",
+                     f"{'/'.join(kinds)}: " + "; ".join(sources) if sources else "—", "; ".join(datasets) or "—"])
+    return table(["method", "few-shot values (the rest: its base-to-novel recipe)", "source", "per dataset"], rows)
 
 
 WHAT = {"object": "the object", "color": "background colour", "texture": "background texture",

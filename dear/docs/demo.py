@@ -2,7 +2,9 @@
 
 `python -m dear.docs --snapshot` (after `make demo`) copies the run's
 report/results.csv and the sanity part of backbone/card.json into docs/demo/,
-with run.json saying when and from which commit; docs/img/base_novel.png is
+with run.json saying when and from which commit, and what `dear compare
+docs/demo report` needs (the run's record.json and its eval tables' rows, when
+the run has a record); docs/img/base_novel.png is
 drawn from that results.csv by the report's own plotting code. The blocks
 `demo-results` (README) and `demo-card` (docs/world.md) are written from the
 snapshot, so a page never shows numbers of another run than the picture.
@@ -41,7 +43,10 @@ def snapshot(demo: Path, root: Path, command: str = "make demo") -> list[Path]:
     write_bytes(folder / "results.csv", results.read_bytes())
     write_json(folder / "card.json", {key: read_json(card).get(key) for key in CARD_KEYS})
     write_json(folder / "run.json", run)
-    return [folder / "results.csv", folder / "card.json", folder / "run.json", draw(root)]
+    from dear.compare import write_comparable  # record.json and evals.parquet: `dear compare docs/demo report`
+
+    return [folder / "results.csv", folder / "card.json", folder / "run.json",
+            *write_comparable(demo / "report", folder), draw(root)]
 
 
 def _commit(demo: Path) -> str:

@@ -12,6 +12,7 @@ GENERATORS = {
     "config-diff": configs.config_diff,        # config-diff FILE: keys where FILE differs from params.yaml
     "recipe": configs.recipe_table,            # recipe METHOD: every value of its recipe, its source, the demo's
     "study": configs.study,                    # study [FILE]: what the pipeline runs, one sentence
+    "fewshot-recipes": configs.few_shot_recipes,  # every method's few-shot values per shot count, their sources
     "world-datasets": configs.world_datasets,  # the embedded datasets params.yaml draws
     "slurm-resources": configs.slurm_resources,  # what the slurm profile asks for per rule
     "coop-datasets": datasets.coop_datasets,   # every dataset `dear prepare` reads (dear.data.coop.SPECS)

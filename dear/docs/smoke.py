@@ -1,7 +1,8 @@
 """configs/smoke.yaml: the demo's study at test size, written from params.yaml so that it cannot drift from it.
 
-The smoke study runs every stage of every protocol of the demo, with the
-demo's methods (`study.methods`), recipes and protocols, on the tiny world and
+The smoke study runs every stage of every protocol of the demo, and few-shot
+learning (one dataset, two shot counts), with the demo's methods
+(`study.methods`) and linear_probe (EXTRA_METHODS), and the demo's recipes, on the tiny world and
 backbone of the tests (`dear.data.world.tiny_params`): one seed, two shots,
 three datasets (one base-to-novel set that is also the transfer source, one
 cross-dataset target, one domain-shift target). Its report says at the top
@@ -33,6 +34,7 @@ SMOKE = {  # dotted key: the smoke study's value (the tiny world has 8 objects o
     "study.base_to_novel": ["world_objects"],
     "study.transfer": {"source": "world_objects", "cross_dataset": ["world_objects_b"],
                        "domain_generalization": ["world_objects_sketch"]},
+    "study.few_shot": {"datasets": ["world_objects"], "shots": [1, 2]},  # the fourth protocol: one set, two K
     "profile.dataset": "world_objects",
     "profile.max_images": 32,
     "profile.batch_size": 32,
@@ -45,6 +47,19 @@ SMOKE = {  # dotted key: the smoke study's value (the tiny world has 8 objects o
     "train.recipes.promptsrc.vision_depth": 2,
     "train.recipes.promptsrc.text_depth": 2,
 }
+EXTRA_METHODS = ("linear_probe",)  # run by the smoke and few-shot studies, not by the demo (its results stay as they are)
+
+
+def with_extra_methods(raw: dict) -> dict:
+    """`raw` with EXTRA_METHODS in study.methods and report.methods, after zeroshot (in place; returned)."""
+    for section in ("study", "report"):
+        methods = raw[section]["methods"]
+        for name in EXTRA_METHODS:
+            if name not in methods:
+                methods.insert(methods.index("zeroshot") + 1 if "zeroshot" in methods else 0, name)
+    return raw
+
+
 HEADER = """\
 # The smoke study: every stage of every protocol of the demo, on the tiny world and backbone
 # of the tests, in about three minutes on two cores (`make smoke`). ITS NUMBERS MEAN NOTHING:
@@ -53,7 +68,7 @@ HEADER = """\
 #   snakemake --cores 2 --configfile configs/smoke.yaml        (what `make smoke` runs)
 #   python workflow/scripts/dvc_study.py configs/smoke.yaml && dvc repro smoke/dvc.yaml
 # Written by `python -m dear.docs` from params.yaml (the demo) and dear/docs/smoke.py: edit those,
-# not this file; every value not changed there is the demo's, the methods included.
+# not this file; every value not changed there is the demo's, the methods included (and linear_probe).
 """
 
 
@@ -61,7 +76,12 @@ def smoke_params(demo: dict) -> dict:
     """The smoke study's params: the demo's (`demo`, params.yaml as read) with the tiny sections and SMOKE."""
     raw = copy.deepcopy(demo)
     raw.update(copy.deepcopy(tiny_params()))
-    for key, value in SMOKE.items():
+    return with_extra_methods(_changed(raw, SMOKE))
+
+
+def _changed(raw: dict, changes: dict) -> dict:
+    """`raw` with each dotted key of `changes` set (in place; returned)."""
+    for key, value in changes.items():
         *parents, leaf = key.split(".")
         node = raw
         for part in parents:
@@ -74,3 +94,36 @@ def smoke_text(root: Path) -> str:
     """configs/smoke.yaml as `python -m dear.docs` writes it."""
     demo = yaml.safe_load((root / "params.yaml").read_text())
     return HEADER + yaml.safe_dump(smoke_params(demo), sort_keys=False, width=120)
+
+
+# --- configs/demo-fewshot.yaml: the demo's few-shot figure (`make demo-fewshot`) ----------------------
+
+DEMO_FEWSHOT_PATH = "configs/demo-fewshot.yaml"
+DEMO_FEWSHOT = {  # dotted key: its value; every other key is the demo's (world, backbone, methods, recipes)
+    "output_root": "demo-fewshot",
+    "data.root": "demo-fewshot/world",
+    "data.datasets": ["world_objects", "world_objects_sketch"],  # world_objects: profile.dataset (DeAR's roles)
+    "data.seeds": [1],
+    "study.base_to_novel": [],
+    "study.transfer": None,
+    "study.few_shot": {"datasets": ["world_objects_sketch"], "shots": [1, 4, 16]},
+}
+DEMO_FEWSHOT_HEADER = """\
+# The demo's few-shot figure: every method of the demo and linear_probe, trained on 1, 4 and 16 shots of every class of
+# world_objects_sketch, one seed, scored on its test split (`make demo-fewshot`; outputs in demo-fewshot/).
+# The world and the backbone are the demo's values (the same world, the same pretraining), the base-to-novel
+# and transfer protocols are off. Written by `python -m dear.docs` from params.yaml and dear/docs/smoke.py
+# (DEMO_FEWSHOT): edit those, not this file.
+#   snakemake --cores 2 --scheduler greedy --configfile configs/demo-fewshot.yaml    (what make demo-fewshot runs)
+#   python workflow/scripts/dvc_study.py configs/demo-fewshot.yaml && dvc repro demo-fewshot/dvc.yaml
+"""
+
+
+def demo_fewshot_text(root: Path) -> str:
+    """configs/demo-fewshot.yaml as `python -m dear.docs` writes it."""
+    demo = yaml.safe_load((root / "params.yaml").read_text())
+    raw = with_extra_methods(_changed(copy.deepcopy(demo), DEMO_FEWSHOT))
+    return DEMO_FEWSHOT_HEADER + yaml.safe_dump(raw, sort_keys=False, width=120)
+
+
+GENERATED = {PATH: smoke_text, DEMO_FEWSHOT_PATH: demo_fewshot_text}  # the configs `python -m dear.docs` writes

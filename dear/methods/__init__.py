@@ -23,10 +23,17 @@ class Entry:
     module: str  # dear.methods.<module>, holding `Model`
     recipe: str  # dear/methods/recipes/<recipe>.yaml
     title: str  # one line for tables and --help
+    scores: str = ""  # "" any class list (a prompt names any class); else why it scores only some (shown for "—")
+
+
+FITTED_CLASSES = ("a linear probe has a classifier only for the classes of its training shots: no novel classes, "
+                  "no other dataset's")
 
 
 REGISTRY: dict[str, Entry] = {
     "zeroshot": Entry("zeroshot", "zeroshot", "zero-shot CLIP with the hand-written prompt"),
+    "linear_probe": Entry("linear_probe", "linear_probe", "linear-probe CLIP: a logistic regression on the frozen "
+                          "image features (lpclip)", scores=FITTED_CLASSES),
     "coop": Entry("coop", "coop", "CoOp: learned context before the class name"),
     "cocoop": Entry("cocoop", "cocoop", "CoCoOp: CoOp's context shifted per image by a meta-network"),
     "kgcoop": Entry("kgcoop", "kgcoop", "KgCoOp: CoOp's context kept near the hand-written prompt's features"),

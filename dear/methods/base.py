@@ -43,6 +43,7 @@ class MethodModel(nn.Module):
     TERMS: ClassVar[tuple[str, ...]] = ()  # the loss terms `step` returns, besides the total
     needs_frozen_image: ClassVar[bool] = False  # `step` reads the untouched model's image feature
     refits_fusion: ClassVar[bool] = False  # `fuse` may refit the fusion weights (DeAR)
+    fits_features: ClassVar[bool] = False  # `dear train` calls `fit` on the shots' frozen features (linear probe)
 
     def __init__(self, name: str, clip: nn.Module, tokenizer, recipe: Recipe, roles=None, seed: int = 0):
         super().__init__()
@@ -80,12 +81,17 @@ class MethodModel(nn.Module):
     @torch.no_grad()
     def frozen_image(self, prefix: torch.Tensor) -> torch.Tensor:
         """The untouched model's normalized CLS feature [B, E] from the frozen prefix [B, 1+N, D]."""
+        return F.normalize(self.frozen_embedding(prefix), dim=-1)
+
+    @torch.no_grad()
+    def frozen_embedding(self, prefix: torch.Tensor) -> torch.Tensor:
+        """The untouched model's image embedding [B, E], unnormalized (encode_image), from the frozen prefix."""
         x = prefix
         blocks = self.vision.blocks[self.frozen_depth:]
         cls = torch.zeros(1, dtype=torch.long, device=x.device)
         for i, block in enumerate(blocks):
             x = oc.block_forward(block, x, rows=cls if i == len(blocks) - 1 else None)  # last: [B, 1, D]
-        return F.normalize(oc.image_embedding(self.clip, x[:, 0]), dim=-1)
+        return oc.image_embedding(self.clip, x[:, 0])
 
     # --- text side -------------------------------------------------------------------
 
@@ -123,6 +129,10 @@ class MethodModel(nn.Module):
         text = self.text_features(classnames, template)
         return self.logit_scale().float() * torch.einsum("bke,ce->bkc", features.float(), text.float())
 
+    def can_score(self, classnames: list[str]) -> bool:
+        """Whether the method has logits for this class list (a prompt writes any; a linear probe only its own)."""
+        return True
+
     def stream_names(self) -> list[str]:
         return ["cls"]
 
@@ -142,7 +152,11 @@ class MethodModel(nn.Module):
 
     def step(self, prefix: torch.Tensor, labels: torch.Tensor, classnames: list[str],
              frozen_image: torch.Tensor | None = None) -> Step:
-        """The loss of one batch from its frozen prefix [B, 1+N, D] (and the untouched image feature, if needed)."""
+        """The loss of one batch from its frozen prefix [B, 1+N, D].
+
+        frozen_image: the untouched model's CLS feature [B, E] (`frozen_image(prefix)`), a cache the trainer may
+        hand over; a method whose loss reads it computes it itself when it is not given.
+        """
         raise DearError(f"method {self.name} has nothing to train")
 
     def half_parameters(self) -> list[nn.Parameter]:

@@ -30,6 +30,7 @@ from torch import nn
 
 from dear.errors import DearError
 from dear.methods.base import check_layer, cross_entropy
+from dear.methods.layers import two_thirds as default_start
 from dear.methods.mmrl import MMRL
 from dear.model import internals as oc
 from dear.model.masks import HeadRole, layer_masks
@@ -50,8 +51,8 @@ class DeAR(MMRL):
             raise DearError(f"--roles: method {self.name} needs the roles table from `dear profile`")
         self.roles = roles if self.masked else None
         self.concepts = list(r.concepts[:K])
-        self.start = check_layer(r.start_layer or 2 * self.vision.layers // 3 + 1, self.vision.layers, "start_layer")
-        self.text_start = check_layer(r.text_start_layer or 2 * self.text.layers // 3 + 1, self.text.layers,
+        self.start = check_layer(r.start_layer or default_start(self.vision.layers), self.vision.layers, "start_layer")
+        self.text_start = check_layer(r.text_start_layer or default_start(self.text.layers), self.text.layers,
                                       "text_start_layer")
         rows = max(K, N)
         self.bank = nn.Parameter(torch.randn(rows, r.rep_dim) * r.init_std) if rows else None  # R [rows, d_r]

@@ -31,10 +31,12 @@ from torch import nn
 
 from dear.methods import prompts, towers
 from dear.methods.base import MethodModel, Step, check_layer, cross_entropy
+from dear.methods.layers import half
 from dear.model import internals as oc
 
 
 class MMRL(MethodModel):
+    needs_frozen_image = True  # the image regularizer compares with it (logged even when reg_weight is 0)
     TERMS = ("cls", "attr", "fused", "img", "txt")
     INIT_STD = 0.02  # nn.init.normal_(compound_rep_tokens, std=0.02)
 
@@ -42,8 +44,8 @@ class MMRL(MethodModel):
 
     def build(self, roles) -> None:
         r = self.recipe
-        self.start = check_layer(r.start_layer or (self.vision.layers + 1) // 2, self.vision.layers, "start_layer")
-        self.text_start = check_layer(r.start_layer or (self.text.layers + 1) // 2, self.text.layers, "start_layer")
+        self.start = check_layer(r.start_layer or half(self.vision.layers), self.vision.layers, "start_layer")
+        self.text_start = check_layer(r.start_layer or half(self.text.layers), self.text.layers, "start_layer")
         self.bank = nn.Parameter(torch.randn(r.tokens, r.rep_dim) * self.INIT_STD)  # R [n, REP_DIM]
         self.vision_aligners = _copies(nn.Linear(r.rep_dim, self.vision.width), self.vision.layers - self.start + 1)
         self.text_aligners = _copies(nn.Linear(r.rep_dim, self.text.width), self.text.layers - self.text_start + 1)
@@ -57,10 +59,6 @@ class MMRL(MethodModel):
     @property
     def text_tokens(self) -> int:
         return self.bank.shape[0]
-
-    @property
-    def needs_frozen_image(self) -> bool:
-        return self.recipe.reg_weight > 0
 
     # --- image side ---------------------------------------------------------------------
 
@@ -131,15 +129,18 @@ class MMRL(MethodModel):
         return torch.einsum("bkc,k->bc", logits, alpha.to(logits.dtype))
 
     def step(self, prefix, labels, classnames, frozen_image=None) -> Step:
+        """frozen_image: the untouched CLS feature [B, E] (the trainer's cache); computed here when not given, so the
+        image regularizer is never silently 0."""
+        if frozen_image is None:
+            frozen_image = self.frozen_image(prefix)
         features = self.encode(prefix)  # [B, S+1, E]
         text = self.text_features(classnames)  # [C, E]
         logits = self.logit_scale().float() * torch.einsum("bke,ce->bkc", features.float(), text.float())
         alpha = self.alpha
         fused = self.fused(logits, alpha)  # [B, C]
-        zero = logits.new_zeros(())
         terms = {"cls": cross_entropy(logits[:, 0], labels), "attr": self._attribute_ce(logits[:, 1:], labels),
                  "fused": cross_entropy(fused, labels),
-                 "img": _one_minus_cos(features[:, 0], frozen_image) if frozen_image is not None else zero,
+                 "img": _one_minus_cos(features[:, 0], frozen_image),
                  "txt": _one_minus_cos(text, self.frozen_text(classnames)), **self._fusion_terms(alpha)}
         return Step(self._total(terms), terms, fused)
 

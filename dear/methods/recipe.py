@@ -6,16 +6,22 @@ authors' values as layers, each naming the file of the authors' repository
 - `recipe`: the base-to-novel recipe, layer after layer (later wins);
 - `datasets`: per-dataset layers (MMRL's REG_WEIGHT, CoOp's ImageNet config);
 - `transfer`: the layers of the transfer source's run (all classes; MMRL's
-  cross-dataset config).
+  cross-dataset config);
+- `few_shot`: the layers of a few-shot run on all classes (study.few_shot):
+  `recipe` for every shot count, `shots: {K: ...}` per shot count (CoOp's
+  epochs), `datasets: {ds: ...}` per dataset, applied in that order after
+  `recipe` and `datasets` (MMRL merges its per-dataset values after its
+  few-shot config file, so they are restated there).
 `base: dassl` puts the shared Dassl layers (`dassl.yaml`: the trainer's keys
 and defaults) first; `inherit` takes listed keys of another recipe (DeAR takes
 MMRL's optimization, stated as our choice).
 
 A config changes them under `train.recipes`: `all` (every method that has
 the key) and one entry per recipe, each with plain keys, `datasets: {ds:
-{...}}` and `transfer: {...}`. `resolve` layers, for one run: the authors'
-defaults, their dataset layer, their transfer layer (when the run is the
-transfer source), then the same three of `all`, then of the method's entry.
+{...}}` and `transfer: {...}` and `few_shot: {..., shots: {K: {...}}}`. `resolve` layers,
+for one run: the authors' defaults, their dataset layer, their transfer or
+few-shot layers (when the run is the transfer source or a few-shot run),
+then the same of `all`, then of the method's entry.
 The result, a `Recipe`, is the one object the trainer reads; each value
 carries its source, and a value of ours remembers the authors' value it
 replaced. Nothing here imports torch: `dear recipe` answers in a second.
@@ -36,10 +42,10 @@ from dear.errors import DearError
 from dear.methods import REGISTRY, entry
 
 FOLDER = Path(__file__).with_name("recipes")
-PROTOCOLS = ("base_to_novel", "transfer")  # a run on base classes, or the transfer source on all classes
+PROTOCOLS = ("base_to_novel", "transfer", "few_shot")  # base classes | the transfer source | K shots, all classes
 KINDS = ("authors", "paper", "ours")
 SHARED = "all"  # train.recipes.all: every recipe that has the key
-SECTIONS = ("datasets", "transfer")  # the non-value keys of an override block
+SECTIONS = ("datasets", "transfer", "few_shot")  # the non-value keys of an override block
 
 
 # --- keys and their types ---------------------------------------------------------
@@ -81,7 +87,7 @@ class Key:
             return None
         if kind == "float":
             return float(value)
-        if kind == "float[2]":
+        if kind in ("float[2]", "float[]"):
             return [float(v) for v in value]
         return value
 
@@ -96,6 +102,18 @@ class Layer:
 
 
 @dataclass(frozen=True)
+class FewShot:
+    """The few-shot layers of a recipe file: for every shot count, per shot count, per dataset (in that order)."""
+
+    recipe: tuple[Layer, ...] = ()
+    shots: dict[int, tuple[Layer, ...]] = field(default_factory=dict)
+    datasets: dict[str, tuple[Layer, ...]] = field(default_factory=dict)
+
+    def layers(self, dataset: str, shots: int) -> list[Layer]:
+        return [*self.recipe, *self.shots.get(shots, ()), *self.datasets.get(dataset, ())]
+
+
+@dataclass(frozen=True)
 class RecipeFile:
     """One `recipes/<name>.yaml`, with its base and inherited layers already in front."""
 
@@ -107,9 +125,15 @@ class RecipeFile:
     datasets: dict[str, tuple[Layer, ...]]
     transfer: tuple[Layer, ...]
     trains: bool  # False: nothing learnable (zero-shot), no trainer keys
+    few_shot: FewShot = FewShot()
 
-    def layers(self, dataset: str, protocol: str) -> list[Layer]:
-        return [*self.recipe, *self.datasets.get(dataset, ()), *(self.transfer if protocol == "transfer" else ())]
+    def layers(self, dataset: str, protocol: str, shots: int | None = None) -> list[Layer]:
+        own = [*self.recipe, *self.datasets.get(dataset, ())]
+        if protocol == "transfer":
+            return [*own, *self.transfer]
+        if protocol == "few_shot":
+            return [*own, *self.few_shot.layers(dataset, shots)]
+        return own
 
 
 def _layers(raw: list, path: Path, keys: dict[str, Key]) -> tuple[Layer, ...]:
@@ -147,15 +171,34 @@ def load(name: str) -> RecipeFile:
         front += _inherited([layer for layer in parent.recipe if id(layer) not in own], wanted, parent.name)
         inherited_datasets = {ds: _inherited(layers, wanted, parent.name) for ds, layers in parent.datasets.items()}
         inherited_transfer = _inherited(parent.transfer, wanted, parent.name)
+        inherited_few_shot = FewShot(
+            _inherited(parent.few_shot.recipe, wanted, parent.name),
+            {k: _inherited(layers, wanted, parent.name) for k, layers in parent.few_shot.shots.items()},
+            {ds: _inherited(layers, wanted, parent.name) for ds, layers in parent.few_shot.datasets.items()})
     else:
-        inherited_datasets, inherited_transfer = {}, ()
+        inherited_datasets, inherited_transfer, inherited_few_shot = {}, (), FewShot()
     datasets = {ds: (*inherited_datasets.get(ds, ()), *_layers(layers, path, keys))
                 for ds, layers in (raw.get("datasets") or {}).items()}
     datasets.update({ds: layers for ds, layers in inherited_datasets.items() if ds not in datasets})
     return RecipeFile(name=name, title=raw["title"], prompt=raw["prompt"], keys=keys,
                       recipe=(*front, *_layers(raw.get("recipe"), path, keys)), datasets=datasets,
                       transfer=(*inherited_transfer, *_layers(raw.get("transfer"), path, keys)),
-                      trains=bool(base))
+                      trains=bool(base), few_shot=_few_shot(raw.get("few_shot") or {}, path, keys, inherited_few_shot))
+
+
+def _few_shot(raw: dict, path: Path, keys: dict[str, Key], inherited: FewShot) -> FewShot:
+    """A file's `few_shot` section (recipe, shots: {K: layers}, datasets: {ds: layers}) after the inherited one."""
+    unknown = sorted(set(raw) - {"recipe", "shots", "datasets"})
+    bad = [k for k in raw.get("shots") or {} if not isinstance(k, int) or isinstance(k, bool) or k < 1]
+    if unknown or bad:
+        raise DearError(f"{path}: few_shot: " + (f"unknown sections {unknown} (recipe, shots, datasets)" if unknown
+                                                 else f"shot count {bad[0]!r} is not an integer >= 1"))
+
+    def merged(mine: dict, theirs: dict) -> dict:
+        return {name: (*theirs.get(name, ()), *_layers(mine.get(name), path, keys)) for name in {**theirs, **mine}}
+
+    return FewShot((*inherited.recipe, *_layers(raw.get("recipe"), path, keys)),
+                   merged(raw.get("shots") or {}, inherited.shots), merged(raw.get("datasets") or {}, inherited.datasets))
 
 
 def recipe_files(name: str) -> list[str]:
@@ -205,9 +248,10 @@ class Recipe:
     method: str
     recipe: str  # the recipe file
     dataset: str
-    protocol: str  # base_to_novel | transfer
+    protocol: str  # base_to_novel | transfer | few_shot
     settings: dict[str, Setting] = field(repr=False)
     keys_read: tuple[str, ...] = ()  # the config's dotted keys that reached this run (its key-level dependencies)
+    shots: int | None = None  # few_shot: the training shots per class K the recipe was resolved for
 
     def __getattr__(self, key: str) -> Any:
         settings = self.__dict__.get("settings", {})
@@ -229,6 +273,7 @@ class Recipe:
     def to_dict(self) -> dict:
         """JSON-able record (model.pt keeps it): values, their sources, and the authors' value where ours differs."""
         return {"method": self.method, "recipe": self.recipe, "dataset": self.dataset, "protocol": self.protocol,
+                **({"shots": self.shots} if self.shots is not None else {}),
                 "settings": {key: {"value": s.value, "source": s.source, "kind": s.kind,
                                    **({"authors": s.authors} if s.differs else {})}
                              for key, s in self.settings.items()}}
@@ -241,27 +286,40 @@ class Recipe:
     def from_dict(cls, data: dict) -> "Recipe":
         settings = {key: Setting(s["value"], s["source"], s["kind"], s.get("authors", NOT_SET))
                     for key, s in data["settings"].items()}
-        return cls(data["method"], data["recipe"], data["dataset"], data["protocol"], settings)
+        return cls(data["method"], data["recipe"], data["dataset"], data["protocol"], settings,
+                   shots=data.get("shots"))
 
 
-def resolve(recipes: dict, method: str, dataset: str, protocol: str) -> Recipe:
-    """The recipe of `method` trained on `dataset` (`protocol`: base_to_novel | transfer).
+def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int | None = None,
+            template: str | None = None) -> Recipe:
+    """The recipe of `method` trained on `dataset` (`protocol`: base_to_novel | transfer | few_shot with `shots`).
 
-    `recipes` is the config's `train.recipes` mapping (already checked by `problems`).
+    `recipes` is the config's `train.recipes` mapping (already checked by `problems`). `template` is the
+    prompt a dataset of one's own declares (`data.custom.<dataset>.template`): it replaces the recipe's own
+    template, and any `train.recipes` key still overrides it.
     """
     if protocol not in PROTOCOLS:
         raise DearError(f"protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
+    if (protocol == "few_shot") != (shots is not None):
+        raise DearError(f"protocol {protocol}: " + ("give the shot count K" if shots is None
+                                                    else "a shot count belongs to the few_shot protocol only"))
     spec = load(entry(method).recipe)
     settings: dict[str, Setting] = {}
-    for layer in spec.layers(dataset, protocol):
+    for layer in spec.layers(dataset, protocol, shots):
         for key, value in layer.values.items():
             settings[key] = Setting(value, layer.source, layer.kind)
     authors = {key: s for key, s in settings.items()}
     read = []
-    for where, block in _override_blocks(recipes, spec.name, dataset, protocol):
+    if template is not None and "template" in spec.keys:
+        read.append(f"data.custom.{dataset}.template")
+        known = authors["template"]
+        replaced = known.value if known.kind != "ours" and known.value != template else NOT_SET
+        settings["template"] = Setting(template, read[-1], "ours", replaced)
+    for where, block in _override_blocks(recipes, spec.name, dataset, protocol, shots):
         for key, value in block.items():
             if key not in spec.keys:
-                continue  # an `all` key this recipe does not have
+                _unknown_override(key, where, spec)
+                continue  # an `all` key that another recipe has
             read.append(f"{where}.{key}")
             known = authors.get(key)
             value = spec.keys[key].cast(value)
@@ -274,10 +332,23 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str) -> Recipe:
     if missing:
         raise DearError(f"{FOLDER / spec.name}.yaml: no value for {missing}; every key needs a default layer")
     order = list(spec.keys)
-    return Recipe(method, spec.name, dataset, protocol, {key: settings[key] for key in order}, tuple(read))
+    return Recipe(method, spec.name, dataset, protocol, {key: settings[key] for key in order}, tuple(read), shots)
 
 
-def _override_blocks(recipes: dict, name: str, dataset: str, protocol: str):
+def _unknown_override(key: str, where: str, spec: RecipeFile) -> None:
+    """A key this recipe lacks: an error in the method's own block; in `all`, only when no recipe has it."""
+    from dear.methods import REGISTRY
+
+    if where.startswith(f"train.recipes.{SHARED}"):
+        every = {k for name in {e.recipe for e in REGISTRY.values()} for k in load(name).keys}
+        if key in every:
+            return
+        raise DearError(f"{where}.{key}: unknown recipe key; remove it or fix its spelling" + _close(key, every))
+    raise DearError(f"{where}.{key}: recipe {spec.name!r} has no such key; remove it or fix its spelling"
+                    + _close(key, spec.keys))
+
+
+def _override_blocks(recipes: dict, name: str, dataset: str, protocol: str, shots: int | None = None):
     """(dotted params key, {key: value}) of the config's layers that apply to one run, in order."""
     for owner in (SHARED, name):
         block = recipes.get(owner) or {}
@@ -288,6 +359,12 @@ def _override_blocks(recipes: dict, name: str, dataset: str, protocol: str):
             yield f"{where}.datasets.{dataset}", datasets[dataset] or {}
         if protocol == "transfer":
             yield f"{where}.transfer", block.get("transfer") or {}
+        if protocol == "few_shot":
+            few = block.get("few_shot") or {}
+            yield f"{where}.few_shot", {k: v for k, v in few.items() if k != "shots"}
+            for count, block in (few.get("shots") or {}).items():
+                if shot_count(count) == shots:
+                    yield f"{where}.few_shot.shots.{shots}", block or {}
 
 
 def problems(recipes: Any) -> list[str]:
@@ -324,9 +401,38 @@ def _block_problems(block: Any, where: str, keys: dict[str, dict[str, Key]], top
                 found += _block_problems(inner, f"{where}.datasets.{dataset}", keys, top=False)
         elif top and key == "transfer":
             found += _block_problems(value, f"{where}.transfer", keys, top=False)
+        elif top and key == "few_shot":
+            found += _few_shot_problems(value, f"{where}.few_shot", keys)
         else:
             found += _value_problems(key, value, f"{where}.{key}", keys)
     return found
+
+
+def _few_shot_problems(block: Any, where: str, keys: dict[str, dict[str, Key]]) -> list[str]:
+    """A `few_shot` block: recipe keys, and `shots: {K: {...}}` with K an integer >= 1."""
+    if not isinstance(block, dict):
+        return _block_problems(block, where, keys, top=False)
+    found = _block_problems({k: v for k, v in block.items() if k != "shots"}, where, keys, top=False)
+    per_k = block.get("shots")
+    if per_k is None:
+        return found
+    if not isinstance(per_k, dict):
+        return [*found, f"{where}.shots: must map shot counts (1, 2, 4, ...) to changes"]
+    for count, inner in per_k.items():
+        if shot_count(count) is None:
+            found.append(f"{where}.shots.{count}: {count!r} is not a shot count (an integer >= 1)")
+            continue
+        found += _block_problems(inner, f"{where}.shots.{count}", keys, top=False)
+    return found
+
+
+def shot_count(key: Any) -> int | None:
+    """K of a `few_shot.shots` key: an integer >= 1, or its digits as text (JSON keeps mapping keys as text)."""
+    if isinstance(key, bool):
+        return None
+    if isinstance(key, str) and key.isdigit() and key == str(int(key)):
+        key = int(key)
+    return key if isinstance(key, int) and key >= 1 else None
 
 
 def _value_problems(key: str, value: Any, where: str, keys: dict[str, dict[str, Key]]) -> list[str]:

@@ -14,10 +14,12 @@ from pathlib import Path
 from dear.errors import DearError
 from dear.methods import entry
 from dear.methods import prompts as prompt_forms
+from dear.methods.layers import Resolved
+from dear.methods.layers import resolve as resolve_layers
 from dear.methods.recipe import Recipe, load
 from dear.params import Params
 
-EXAMPLES = ["golden_retriever", "sea_lion"]  # when the dataset is not prepared yet
+EXAMPLES = ["golden_retriever", "sea_lion"]  # when the dataset's classes cannot be read (not on this machine)
 
 
 def jobs(params: Params, method: str | None, dataset: str | None, protocol: str | None) -> list[Recipe]:
@@ -26,25 +28,39 @@ def jobs(params: Params, method: str | None, dataset: str | None, protocol: str 
 
     if method is not None:
         entry(method)
-    picked = [(m, d, p) for m, d, p in training_jobs(params)
+    picked = [(m, d, p, k) for m, d, p, k in training_jobs(params)
               if (method is None or m == method) and (dataset is None or d == dataset)
               and (protocol is None or p == protocol)]
     if not picked:
         raise DearError(f"no training job of this config matches --method {method} --dataset {dataset} "
                         f"--protocol {protocol}; `dear recipe` without filters lists them all")
-    return [params.train.recipe(m, d, p) for m, d, p in picked]
+    return [params.train.recipe(m, d, p, k) for m, d, p, k in picked]
 
 
 def example_classes(params: Params, dataset: str) -> tuple[list[str], bool]:
-    """Two class names of `dataset` (its first base classes when prepared), and whether they are its own."""
+    """Two of `dataset`'s own base classes, and whether they are its own (else two example names).
+
+    From its manifest when prepared, else from what defines its classes (`dear.data.names`).
+    """
     manifest = Path(params.output_root) / "data" / dataset / "manifest.parquet"
     if manifest.is_file():
         import pyarrow.parquet as pq
 
-        table = pq.read_table(manifest, columns=["label", "classname"])
-        names = dict(sorted(zip(table["label"].to_pylist(), table["classname"].to_pylist())))
+        table = pq.read_table(manifest, columns=["subset", "subset_label", "classname"]).to_pylist()
+        names = dict(sorted((row["subset_label"], row["classname"]) for row in table if row["subset"] == "base"))
         return [names[k] for k in sorted(names)[:2]], True
-    return EXAMPLES, False
+    from dear.data.names import base_names
+
+    names = base_names(params, dataset)
+    return (names[:2], True) if names else (EXAMPLES, False)
+
+
+def resolved_layers(params: Params, recipe: Recipe) -> list[Resolved]:
+    """The recipe's layer keys on the config's model (`dear.methods.layers`): which layers each covers."""
+    from dear.check import tower_depths
+    from dear.probe import arch_config
+
+    return resolve_layers(recipe.recipe, recipe.values, tower_depths(arch_config(params.model.arch) or {}))
 
 
 def prompts_of(recipe: Recipe, classes: list[str]) -> list[str]:
@@ -58,13 +74,18 @@ def as_text(params: Params, recipes: list[Recipe], source: str) -> str:
              "ours (a config key, or our choice); '*' marks a value of ours replacing the authors'."]
     for recipe in recipes:
         spec = load(recipe.recipe)
-        lines += ["", f"{recipe.method} on {recipe.dataset} ({recipe.protocol.replace('_', '-')}): {spec.title}"]
+        shots = f", {recipe.shots} shot{'s' if recipe.shots != 1 else ''}" if recipe.shots is not None else ""
+        lines += ["", f"{recipe.method} on {recipe.dataset} ({recipe.protocol.replace('_', '-')}{shots}): {spec.title}"]
         width = max(len(key) for key in recipe.settings)
         for key, setting in recipe.settings.items():
             value = json.dumps(setting.value)
             mark = "*" if setting.differs else " "
             note = f" (authors: {json.dumps(setting.authors)})" if setting.differs else ""
             lines.append(f"  {mark}{key:<{width}}  {value:<24} {setting.kind}: {setting.source}{note}")
+        layers = resolved_layers(params, recipe)
+        if layers:
+            lines.append(f"   layers on {params.model.arch}: " + "; ".join(
+                layer.shown() + (f" ({layer.problem})" if layer.problem else "") for layer in layers))
         classes, own = example_classes(params, recipe.dataset)
         shown = prompts_of(recipe, classes)
         if shown:
@@ -76,5 +97,9 @@ def as_json(params: Params, recipes: list[Recipe]) -> str:
     rows = []
     for recipe in recipes:
         classes, own = example_classes(params, recipe.dataset)
-        rows.append({**recipe.to_dict(), "prompts": prompts_of(recipe, classes), "example_classes_own": own})
+        layers = {layer.key: {"value": layer.value, "problem": layer.problem,
+                              "layers": {tower: list(span) for tower, span in layer.layers.items()}}
+                  for layer in resolved_layers(params, recipe)}
+        rows.append({**recipe.to_dict(), "prompts": prompts_of(recipe, classes), "example_classes_own": own,
+                     "layers": layers})
     return json.dumps(rows, indent=1, default=str)

@@ -60,6 +60,9 @@ def text_tower(model: nn.Module) -> Tower:
     text = _text_module(model)
     if getattr(text, "cls_emb", None) is not None:
         raise DearError("model: text towers with a CLS embedding (CoCa) are not supported")
+    if getattr(text, "attn_mask", True) is None:
+        raise DearError("model: text towers without a causal mask (text_cfg.no_causal_mask) are not supported; "
+                        "DeAR's prompts are read under CLIP's causal mask")
     return _tower(text.transformer, "text")
 
 
@@ -252,6 +255,11 @@ def image_tokens(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     return model.visual._embeds(images.to(image_dtype(model)))
 
 
+def image_positions(model: nn.Module) -> int:
+    """Tokens entering block 1: CLS plus the patches, 1 + (S / patch)^2 (the group O of the role mask)."""
+    return int(model.visual.positional_embedding.shape[0])
+
+
 def image_embedding(model: nn.Module, cls_state: torch.Tensor) -> torch.Tensor:
     """ln_post and projection of final CLS states: [B, D] -> [B, E] (unnormalized)."""
     visual = model.visual
@@ -302,12 +310,18 @@ def image_projection(model: nn.Module) -> torch.Tensor:
 def encode_image(model: nn.Module, images: torch.Tensor, masks: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
     """`model.encode_image` recomposed from the parts, with optional per-layer masks.
 
-    masks: {0-based layer index: [H, T, T]}; unmasked layers are plain.
+    masks: {1-based layer: [H, T, T]} (as `masks.layer_masks` and `towers.run_image` number them: layer 1 is the
+    first block); unmasked layers are plain. A key outside 1..L is an error, never a silently unmasked model.
     """
     tower = vision_tower(model)
+    masks = masks or {}
+    outside = sorted(layer for layer in masks if not 1 <= layer <= tower.layers)
+    if outside:
+        raise DearError(f"masks: layer {outside[0]} is outside this image tower's layers 1..{tower.layers} "
+                        "(layers are 1-based)")
     x = image_tokens(model, images)  # [B, T, D]
-    for index, block in enumerate(tower.blocks):
-        x = block_forward(block, x, (masks or {}).get(index))
+    for layer, block in enumerate(tower.blocks, start=1):
+        x = block_forward(block, x, masks.get(layer))
     return image_embedding(model, x[:, 0])
 
 

@@ -100,7 +100,7 @@ def load_trained(model_pt: Path, backbone, roles_path: Path | None = None, param
         raise DearError(f"{model_pt}: trained on backbone {payload['backbone_sha256'][:12]}..., not this one "
                         f"({sha[:12]}...); pass the backbone it was trained on or retrain")
     if params is not None:
-        current = params.train.recipe(payload["method"], recipe.dataset, recipe.protocol)
+        current = params.train.recipe(payload["method"], recipe.dataset, recipe.protocol, recipe.shots)
         changed = sorted(k for k in set(current.values) | set(recipe.values)
                          if current.values.get(k) != recipe.values.get(k))
         if changed:

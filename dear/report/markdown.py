@@ -4,7 +4,8 @@ Pure text from the frames of `dear.report.tables`: no numbers are computed
 here except formatting, so results.md and the CSV files cannot disagree.
 Layout: the base-to-novel average table first, then one small table per
 dataset, unseen classes under both inferences, each stream's own accuracy,
-the transfer protocols, the paired differences with their intervals and
+the transfer protocols, few-shot learning (a column per shot count), the
+paired differences with their intervals and
 verdicts, the head roles and their validation, the published numbers beside
 ours (or why there are none); the best mean of every column is in bold.
 """
@@ -16,11 +17,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dear.report.tables import AVERAGE, B2N_METRICS, INFERENCES, method_order
+from dear.report.tables import AVERAGE, B2N_METRICS, INFERENCES, few_shot_protocols, method_order, shots_label
+from dear.results import shots_of
 
 MISSING = "—"
 PROTOCOL_TITLES = {"cross_dataset": "Cross-dataset", "domain_generalization": "Domain generalization"}
 METRIC_NAMES = {"base": "Base", "novel": "Novel", "hm": "HM"}
+FEW_SHOT_PUBLISHED = (
+    "Few-shot learning: no published number stands beside ours. None of the authors' repositories prints its "
+    "few-shot results as text (KaiyangZhou/CoOp's README.md and lpclip/README.md, the READMEs of KgCoOp, "
+    "PromptSRC and MMRL); CoOp gives them as a figure (its Figure 3, no table), and the few-shot tables of the "
+    "KgCoOp, PromptSRC and MMRL papers are not transcribed here, so no value could be checked against its source.")
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class Page:
     setting_problems: list[str] = field(default_factory=list)  # why the published numbers are not comparable
     inference: str = "cls"   # fusion.novel of the eval tables: what the main tables use on unseen classes
     notes: list[str] = field(default_factory=list)  # paragraphs under the first one: what the run was (dear/stages/report.py)
+    limits: dict[str, str] = field(default_factory=dict)  # method -> why it has no number for some class lists
 
 
 def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None = None,
@@ -68,12 +76,16 @@ def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None =
         lines += _streams(streams, page)
     for protocol, title in PROTOCOL_TITLES.items():
         lines += _transfer(results[results["protocol"] == protocol], title, page)
+    few = results[results["protocol"].map(shots_of).notna()]
+    if not few.empty:
+        lines += _few_shot(few, page)
     if differences is not None and not differences.empty:
         lines += _differences(differences, page)
     lines += _roles(page)
     if page.reference:
         lines += _published(published, page.setting_problems, page)
-    lines += _pictures(page)
+        lines += [FEW_SHOT_PUBLISHED, ""] if not few.empty else []
+    lines += _pictures(page, few_shot=not few.empty)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -103,9 +115,20 @@ def _base_to_novel(rows: pd.DataFrame, page: Page) -> list[str]:
         "convention), so it is not the mean of the datasets' HMs. Per dataset likewise: Base and Novel are each "
         "seed's accuracy averaged over seeds, HM = 2·B·N/(B+N) of those means; an HM's ± comes from the spread of "
         "the per-seed HMs. An average is shown only when every dataset has the method.", ""]
+    lines += _limits(rows, page)
     for dataset in datasets:
         lines += [f"### {dataset}", ""] + _b2n_table(rows, dataset, methods, page) + [""]
     return lines
+
+
+def _limits(rows: pd.DataFrame, page: Page) -> list[str]:
+    """Why a method with a stated limit (the linear probe) shows "—" in these rows, when it does."""
+    found = []
+    for method, text in page.limits.items():
+        mine = rows[rows["method"] == method]
+        if len(mine) and mine["mean"].isna().any():
+            found.append(f"{MISSING} for **{method}** where it has no number: {text}.")
+    return found + [""] if found else []
 
 
 def _b2n_table(rows: pd.DataFrame, dataset: str, methods: list[str], page: Page) -> list[str]:
@@ -175,7 +198,15 @@ def _differences(frame: pd.DataFrame, page: Page) -> list[str]:
             rows = [[f"**{d}**" if d == AVERAGE else d] + [_difference(b2n, d, metric, page) for metric in B2N_METRICS]
                     + [_seeds_of(b2n[b2n["dataset"] == d])] for d in _average_first(b2n["dataset"])]
             lines += _table(["Dataset", "Base", "Novel", "HM", "n"], rows) + [""]
-        transfer = pair[pair["protocol"] != "base_to_novel"]
+        few = pair[pair["protocol"].map(shots_of).notna()]
+        if not few.empty:
+            protocols = few_shot_protocols(few["protocol"])
+            rows = [[f"**{d}**" if d == AVERAGE else d]
+                    + [_difference(few[few["protocol"] == p], d, "accuracy", page) for p in protocols]
+                    + [_seeds_of(few[few["dataset"] == d])] for d in _average_first(few["dataset"])]
+            lines += ["Few-shot learning:", ""]
+            lines += _table(["Dataset"] + [shots_label(p) for p in protocols] + ["n"], rows) + [""]
+        transfer = pair[pair["protocol"].isin(list(PROTOCOL_TITLES))]
         if not transfer.empty:
             rows = [[_where(row), row.dataset + (" (source)" if row.dataset == row.source else ""),
                      _difference(transfer[(transfer["protocol"] == row.protocol) & (transfer["source"] == row.source)],
@@ -186,7 +217,11 @@ def _differences(frame: pd.DataFrame, page: Page) -> list[str]:
 
 
 def _where(row) -> str:
-    return "base-to-novel" if row.protocol == "base_to_novel" else f"{PROTOCOL_TITLES[row.protocol]} from {row.source}"
+    if row.protocol == "base_to_novel":
+        return "base-to-novel"
+    if shots_of(row.protocol) is not None:
+        return f"few-shot, {shots_label(row.protocol)}"
+    return f"{PROTOCOL_TITLES[row.protocol]} from {row.source}"
 
 
 def _average_first(datasets) -> list[str]:
@@ -267,7 +302,32 @@ def _transfer(rows: pd.DataFrame, title: str, page: Page) -> list[str]:
         lines += [f"Source (training) dataset: **{source}**; accuracy on all classes of each dataset.", ""]
         lines += _table(header, body) + [""]
     return lines + ["The average is over the target datasets, the source left out (the papers' convention). "
-                    "It is shown only when every target has the method.", ""]
+                    "It is shown only when every target has the method.", ""] + _limits(rows, page)
+
+
+def _few_shot(rows: pd.DataFrame, page: Page) -> list[str]:
+    """The Average over datasets, then one table per dataset: a row per method, a column per shot count."""
+    protocols = few_shot_protocols(rows["protocol"])
+    datasets = sorted(rows.loc[rows["row"] == "dataset", "dataset"].unique())
+    methods = method_order(page.methods, rows["method"])
+    header = ["Method"] + [shots_label(p) for p in protocols] + ["n"]
+    lines = ["## Few-shot learning", "",
+             "Trained on K shots of every class of a dataset (Dassl's draw for that K and seed) and tested on all "
+             "its classes, as CoOp's few-shot experiment; one column per K. Each cell: mean ± the half-width of its "
+             "interval over seeds, as above. The Average is over the datasets, shown only when every dataset has the "
+             "method at that K. Picture: few_shot.png; every number: results.csv (protocol few_shot_<K>).", ""]
+    for dataset in [AVERAGE] + datasets:
+        mine = rows[rows["dataset"] == dataset]
+        body = []
+        for method in methods:
+            cells = [_cell(mine[mine["protocol"] == p], dataset, method, "accuracy", page.decimals) for p in protocols]
+            best = [_best(mine[mine["protocol"] == p], dataset, methods, "accuracy") for p in protocols]
+            body.append([method] + [_bold(text, row, b) for (text, row), b in zip(cells, best)]
+                        + [_n_text([r for _, r in cells], page)])
+        title = f"{AVERAGE} over {len(datasets)} dataset{'s' if len(datasets) != 1 else ''}" if dataset == AVERAGE \
+            else dataset
+        lines += [f"### {title}", ""] + _table(header, body) + [""]
+    return lines + _limits(rows, page)
 
 
 def _roles(page: Page) -> list[str]:
@@ -317,8 +377,10 @@ def _where_published(row) -> str:
     return f"{PROTOCOL_TITLES[row.protocol]} from {row.source}: {row.dataset}"
 
 
-def _pictures(page: Page) -> list[str]:
+def _pictures(page: Page, few_shot: bool = False) -> list[str]:
     lines = ["## Pictures", "", "![Base, novel and HM accuracy per dataset and method](base_novel.png)", ""]
+    if few_shot:
+        lines += ["![Few-shot learning: accuracy against shots per class, per dataset and averaged](few_shot.png)", ""]
     if page.has_loss:
         lines += ["![Training loss per method](loss_curves.png)", ""]
     return lines

@@ -12,7 +12,9 @@ per-seed values are exactly the counts-based accuracies of the tables:
 - base-to-novel Average: Base and Novel averaged over the datasets, HM of
   those two averages (per seed, as the Average row);
 - cross-dataset / domain generalization: accuracy on each target (the source
-  too), and the Average over the targets without the source.
+  too), and the Average over the targets without the source;
+- few-shot learning, per shot count: accuracy on each dataset, and the
+  Average over the datasets.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import pandas as pd
 
 from dear.errors import DearError
 from dear.report import stats
-from dear.report.tables import AVERAGE, B2N_METRICS, transfer_targets
-from dear.results import harmonic_mean
+from dear.report.tables import AVERAGE, B2N_METRICS, few_shot_protocols, transfer_targets
+from dear.results import harmonic_mean, shots_of
 
 COLUMNS = ["protocol", "source", "dataset", "method", "baseline", "metric", "mean", "std", "n_seeds", "seeds",
            "seed_low", "seed_high", "image_low", "image_high", "verdict"]
@@ -102,6 +104,12 @@ def _cells(evals: pd.DataFrame) -> list[Cell]:
             if targets:
                 cells.append(Cell(protocol, source, AVERAGE, [(protocol, source, t, "all") for t in targets],
                                   ("accuracy",)))
+    few = evals[evals["protocol"].map(shots_of).notna()]
+    datasets = sorted(few["target"].unique())  # every K averages the same datasets (tables.few_shot)
+    for protocol in few_shot_protocols(few["protocol"]):
+        for dataset in sorted(few.loc[few["protocol"] == protocol, "target"].unique()):
+            cells.append(Cell(protocol, dataset, dataset, [(protocol, dataset, dataset, "all")], ("accuracy",)))
+        cells.append(Cell(protocol, "", AVERAGE, [(protocol, d, d, "all") for d in datasets], ("accuracy",)))
     return cells
 
 
@@ -112,7 +120,7 @@ def _b2n_splits(datasets: list[str]) -> list[SplitKey]:
 
 def _metrics(cell: Cell):
     """Per-split accuracies [2, S, ...] -> the cell's numbers [M, 2, S, ...] (see the module docstring)."""
-    if cell.metrics == ("accuracy",):
+    if len(cell.metrics) == 1:  # accuracy, or Base alone: the mean over the cell's splits
         return lambda accuracy: np.mean(accuracy, axis=0)[None]
     half = len(cell.splits) // 2
 
@@ -124,6 +132,12 @@ def _metrics(cell: Cell):
 
 def _compare(hits: Hits, method: str, baseline: str, cell: Cell, options: Options) -> list[dict]:
     seeds = sorted(hits.seeds(method, cell.splits) & hits.seeds(baseline, cell.splits))
+    if not seeds and cell.metrics == B2N_METRICS:  # one of them has no novel classes (a linear probe): Base alone
+        base = Cell(cell.protocol, cell.source, cell.dataset, cell.splits[:len(cell.splits) // 2], ("base",))
+        if hits.seeds(method, base.splits) & hits.seeds(baseline, base.splits):
+            rest = _compare(hits, method, baseline, Cell(cell.protocol, cell.source, cell.dataset, [],
+                                                         ("novel", "hm")), options)
+            return _compare(hits, method, baseline, base, options) + rest
     head = {"protocol": cell.protocol, "source": cell.source, "dataset": cell.dataset, "method": method,
             "baseline": baseline, "n_seeds": len(seeds), "seeds": ";".join(map(str, seeds))}
     if not seeds:

@@ -3,7 +3,9 @@
 - base-to-novel: one small table per dataset, the Average first (Method, Base,
   Novel, HM), as CoCoOp, MaPLe, PromptSRC and MMRL lay out their Table 1;
 - cross-dataset and domain generalization: one row per method, the source
-  then each target, then the Average over the targets (their transfer tables).
+  then each target, then the Average over the targets (their transfer tables);
+- few-shot learning (`few_shot.*`): one small table per dataset, the Average
+  first, a row per method and a column per shot count.
 
 Means only (the papers' convention; the intervals are in results.csv and
 results.md). Numbers come from `dear.report.tables.aggregate`: nothing is
@@ -16,26 +18,44 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dear.report.tables import AVERAGE, B2N_METRICS, method_order
+from dear.report.tables import AVERAGE, B2N_METRICS, few_shot_protocols, method_order, shots_label
+from dear.results import shots_of
 
 TITLES = {"base_to_novel": "Base-to-novel generalization", "cross_dataset": "Cross-dataset evaluation",
-          "domain_generalization": "Domain generalization"}
+          "domain_generalization": "Domain generalization", "few_shot": "Few-shot learning"}
 METRIC_NAMES = {"base": "Base", "novel": "Novel", "hm": "HM"}
 MISSING = "—"
 
 
-def tables(results: pd.DataFrame, methods: list[str], decimals: int) -> dict[str, bytes]:
-    """{"paper/<protocol>.<csv|md|tex>": bytes} for every protocol the results hold."""
+def tables(results: pd.DataFrame, methods: list[str], decimals: int,
+           limits: dict[str, str] | None = None) -> dict[str, bytes]:
+    """{"paper/<protocol>.<csv|md|tex>": bytes} for every protocol the results hold.
+
+    `limits`: {method: why it has no number for some class lists} (a linear probe's), said under a table where
+    that method shows "—".
+    """
     files = {}
     for protocol in TITLES:
-        rows = results[results["protocol"] == protocol]
+        few = protocol == "few_shot"
+        rows = results[results["protocol"].map(shots_of).notna()] if few else results[results["protocol"] == protocol]
         if rows.empty:
             continue
-        blocks = _b2n_blocks(rows, methods) if protocol == "base_to_novel" else _transfer_blocks(rows, methods)
+        blocks = _b2n_blocks(rows, methods) if protocol == "base_to_novel" else \
+            _few_shot_blocks(rows, methods) if few else _transfer_blocks(rows, methods)
+        why = _why_missing(blocks, limits or {})
         files[f"paper/{protocol}.csv"] = _csv(blocks, decimals)
-        files[f"paper/{protocol}.md"] = _markdown(protocol, blocks, decimals).encode()
-        files[f"paper/{protocol}.tex"] = _latex(protocol, blocks, decimals).encode()
+        files[f"paper/{protocol}.md"] = (_markdown(protocol, blocks, decimals)
+                                         + "".join(f"{MISSING} {method}: {text}.\n" for method, text in why)).encode()
+        files[f"paper/{protocol}.tex"] = (_latex(protocol, blocks, decimals)
+                                          + "".join(f"% -- {method}: {text}.\n" for method, text in why)).encode()
     return files
+
+
+def _why_missing(blocks: list, limits: dict[str, str]) -> list[tuple[str, str]]:
+    """(method, why) of each method with a stated limit and a missing number in these tables."""
+    return [(method, text) for method, text in limits.items()
+            if any(method in block.methods and any(np.isnan(block.values[(method, c)]) for c in block.columns)
+                   for block in blocks)]
 
 
 class Block:
@@ -75,6 +95,18 @@ def _transfer_blocks(rows: pd.DataFrame, listed: list[str]) -> list[Block]:
         blocks.append(Block(f"Source: {source}", {"source": source}, columns, names, methods,
                             _means(mine, methods, columns, "dataset")))
     return blocks
+
+
+def _few_shot_blocks(rows: pd.DataFrame, listed: list[str]) -> list[Block]:
+    """One table per dataset, the Average first: a row per method, a column per shot count (KgCoOp's, MMRL's
+    few-shot tables)."""
+    methods = method_order(listed, rows["method"])
+    protocols = few_shot_protocols(rows["protocol"])
+    names = [shots_label(p) for p in protocols]
+    datasets = list(dict.fromkeys(sorted(rows.loc[rows["row"] == "dataset", "dataset"])))
+    return [Block(f"Average over {len(datasets)} datasets" if dataset == AVERAGE else dataset, {"dataset": dataset},
+                  protocols, names, methods, _means(rows[rows["dataset"] == dataset], methods, protocols, "protocol"))
+            for dataset in [AVERAGE] + datasets]
 
 
 def _means(rows: pd.DataFrame, methods: list[str], columns, by: str) -> dict[tuple[str, str], float]:

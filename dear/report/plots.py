@@ -1,4 +1,4 @@
-"""The report's pictures: base/novel/HM bars and training-loss curves, as PNG bytes.
+"""The report's pictures: base/novel/HM bars, accuracy against shots and training-loss curves, as PNG bytes.
 
 Drawn with matplotlib's object API on the Agg canvas (no pyplot state, no
 display). Each method keeps one colour in every picture. PNGs carry no
@@ -18,6 +18,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from dear.report.tables import AVERAGE, B2N_METRICS, method_order
+from dear.results import shots_of
 
 PNG_METADATA = {"Software": None}
 LINESTYLES = ("-", "--", ":", "-.")
@@ -72,6 +73,55 @@ def _bars(ax, rows: pd.DataFrame, methods: list[str], colors: dict) -> None:
     ax.set_ylim(0, 100)
     ax.set_ylabel("accuracy (%)")
     ax.grid(axis="y", alpha=0.3)
+
+
+def few_shot_png(results: pd.DataFrame, listed_methods: list[str], dpi: int) -> bytes:
+    """Accuracy against shots, the papers' figure: the Average panel first, then one per dataset.
+
+    One line per method (its colour in every picture), the seeds' interval as a band around it, a log-scale
+    x axis with a tick at each shot count; a point without a number (missing) is left out, not drawn at 0.
+    """
+    rows = results[results["protocol"].map(shots_of).notna()].assign(shots=lambda f: f["protocol"].map(shots_of))
+    if rows.empty:
+        return _message_png("Few-shot learning: no results in the eval tables", dpi)
+    datasets = sorted(rows.loc[rows["row"] == "dataset", "dataset"].unique())
+    panels = [AVERAGE] + datasets
+    methods = method_order(listed_methods, rows["method"])
+    colors = method_colors(methods)
+    shots = sorted(rows["shots"].unique())
+    columns = min(len(panels), 3)
+    lines = -(-len(panels) // columns)
+    figure = Figure(figsize=(4.2 * columns, 3.4 * lines + 0.9), layout="constrained")
+    axes = figure.subplots(lines, columns, squeeze=False).ravel()
+    drawn = []
+    for ax, panel in zip(axes, panels):
+        for method in methods:
+            mine = rows[(rows["dataset"] == panel) & (rows["method"] == method)].sort_values("shots")
+            mine = mine[mine["mean"].notna()]
+            if mine.empty:
+                continue
+            x = mine["shots"].to_numpy(float)
+            ax.plot(x, mine["mean"], color=colors[method], marker="o", markersize=3.5, linewidth=1.4)
+            band = mine["ci_low"].notna().to_numpy()
+            if band.any():
+                ax.fill_between(x[band], mine["ci_low"][band], mine["ci_high"][band], color=colors[method],
+                                alpha=0.18, linewidth=0)
+            drawn.append(method)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(shots, [str(k) for k in shots])
+        ax.minorticks_off()
+        ax.set_xlabel("shots per class")
+        ax.set_ylabel("accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.set_title(f"{AVERAGE} over {len(datasets)} datasets" if panel == AVERAGE else panel, fontsize=10)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    shown = [m for m in methods if m in drawn]
+    handles = [Line2D([], [], color=colors[m], marker="o", markersize=3.5, linewidth=1.4) for m in shown]
+    figure.legend(handles, shown, loc="outside lower center", ncols=max(1, min(len(shown), 6)), frameon=False)
+    figure.suptitle("Few-shot learning: accuracy against shots per class (mean over seeds, band: its interval)",
+                    fontsize=11)
+    return _png(figure, dpi)
 
 
 def loss_png(logs: pd.DataFrame, listed_methods: list[str], smoothing: int, dpi: int) -> bytes:

@@ -17,6 +17,8 @@ table of results.md:
   of the means, with the spread of the per-seed HMs.
 - Transfer protocols (cross-dataset, domain generalization): one accuracy
   per target; the Average is over the targets, the source left out.
+- Few-shot learning (protocol few_shot_<K>, one per shot count K): one
+  accuracy per dataset (all its classes); the Average is over the datasets.
 - An average holds a number only when every dataset (target) of the table
   has one for that method; its std is over the seeds present in all of them.
 - Missing is NaN (shown "—"), never 0; every row records its seeds.
@@ -30,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from dear.report import stats
-from dear.results import FUSED, OUTPUT, harmonic_mean, seed_accuracy
+from dear.results import FUSED, OUTPUT, harmonic_mean, seed_accuracy, shots_of
 
 B2N_METRICS = ("base", "novel", "hm")
 AVERAGE = "Average"
@@ -61,6 +63,7 @@ def aggregate(per_seed: pd.DataFrame, conv: Conventions) -> pd.DataFrame:
     records = base_to_novel(per_seed[per_seed["protocol"] == "base_to_novel"], methods, conv)
     for protocol in ("cross_dataset", "domain_generalization"):
         records += transfer(per_seed[per_seed["protocol"] == protocol], protocol, methods, conv)
+    records += few_shot(per_seed[per_seed["protocol"].map(shots_of).notna()], methods, conv)
     frame = pd.DataFrame(records, columns=COLUMNS + ["values"])
     for seed in seed_columns:
         frame[f"seed{seed}"] = [values.get(seed, np.nan) for values in frame["values"]]
@@ -115,6 +118,39 @@ def transfer(rows: pd.DataFrame, protocol: str, methods: list[str], conv: Conven
             mean = _mean_of_means(mine, targets, "all") if targets else np.nan
             records.append(_record(protocol, source, AVERAGE, "average", method, "accuracy", values, conv, mean=mean))
     return records
+
+
+def few_shot(rows: pd.DataFrame, methods: list[str], conv: Conventions) -> list[dict]:
+    """Few-shot learning: per shot count K (protocol few_shot_<K>), each dataset and the Average over the datasets.
+
+    Every K averages the same datasets (all those of the few-shot runs), so a K missing a dataset has no
+    Average rather than an average of fewer datasets.
+    """
+    records: list[dict] = []
+    datasets = sorted(rows["target"].unique())
+    for protocol in few_shot_protocols(rows["protocol"]):
+        of_k = rows[rows["protocol"] == protocol]
+        for method in methods:
+            mine = of_k[of_k["method"] == method]
+            for dataset in datasets:
+                values = _by_seed(mine[mine["target"] == dataset], "all")
+                records.append(_record(protocol, dataset, dataset, "dataset", method, "accuracy", values, conv))
+            seeds = _complete_seeds(mine, datasets, ["all"])
+            values = {s: _mean_over(mine, datasets, s, "all") for s in seeds}
+            records.append(_record(protocol, "", AVERAGE, "average", method, "accuracy", values, conv,
+                                   mean=_mean_of_means(mine, datasets, "all")))
+    return records
+
+
+def shots_label(protocol: str) -> str:
+    """'1 shot', '4 shots': the column name of a few_shot_<K> protocol."""
+    k = shots_of(protocol)
+    return f"{k} shot{'s' if k != 1 else ''}"
+
+
+def few_shot_protocols(protocols) -> list[str]:
+    """The few_shot_<K> protocols among `protocols`, by K."""
+    return sorted({p for p in protocols if shots_of(p) is not None}, key=shots_of)
 
 
 def transfer_targets(targets, source: str) -> list[str]:

@@ -6,8 +6,9 @@ count; on `compute.device`) and writes `model.pt` next to the card. Real
 weights (a file, or an open_clip tag already in the cache) are loaded and
 hashed where they lie, never copied: the card records their path and sha256,
 and every later stage loads that file and checks that hash
-(`dear.model.clip.load_backbone`). With `backbone.sanity.enabled` the card
-also holds zero-shot top-1 on every world test set next to chance.
+(`dear.model.clip.load_backbone`). With `backbone.sanity.enabled` (auto: for
+the embedded backbone only) the card also holds zero-shot top-1 on every
+world test set next to chance.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dear.io import output_folder, provenance, read_json, sha256_file, sha256_js
 from dear.model import clip, weights
 from dear.model.pretrain import pretrain
 from dear.model.sanity import world_zero_shot
-from dear.params import Params, in_use
+from dear.params import Params, in_use, sanity_on
 
 log = logging.getLogger("dear.backbone")
 
@@ -45,8 +46,8 @@ class Outputs:
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
-    sanity_on = params.backbone.sanity.enabled
-    world_card = _check_world(params, Path(inputs.world)) if sanity_on else None
+    checked = sanity_on(params)
+    world_card = _check_world(params, Path(inputs.world)) if checked else None
     arch = clip.resolve_arch(params.model.arch)
     config = dict(clip.model_config(arch))
     if params.model.pretrained != clip.EMBEDDED and not weights.is_weights_path(params.model.pretrained):
@@ -56,12 +57,14 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     devices.fast_matmuls(device)
     model, training, weights_path = _make_model(params, arch, config, device)
     sanity = None
-    if sanity_on:
+    if checked:
         sanity = world_zero_shot(model, clip.tokenizer(arch), clip.eval_transform(model), Path(inputs.world),
                                  world_card, params.backbone.eval_batch_size, params.backbone.sanity.max_images_per_set,
                                  params.world.seed, params.compute.precision)
     else:
-        log.info("zero-shot sanity check off (backbone.sanity.enabled: false)")
+        log.info("zero-shot sanity check on the world off (backbone.sanity.enabled: %s)",
+                 "auto, and these are not the embedded backbone's weights" if params.backbone.sanity.enabled == "auto"
+                 else "false")
     with output_folder(outputs.folder, Outputs.FILES) as folder:  # real weights: no model.pt of an earlier run stays
         if weights_path is None:  # trained here: the weights live in the backbone folder
             write_bytes(folder / "model.pt", state_dict_bytes(model))
@@ -81,7 +84,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
             "training": training,
             "sanity": sanity,
             "provenance": provenance({"model": params.model, "backbone": params.backbone, "world": params.world},
-                                     inputs=_world_input(inputs, sanity_on), seed=params.backbone.seed),
+                                     inputs=_world_input(inputs, checked), seed=params.backbone.seed),
         })
     log.info("backbone %s: weights %s (sha256 %s...)", arch, recorded, sha[:12])
 
@@ -92,6 +95,11 @@ def _world_input(inputs: Inputs, sanity_on: bool) -> dict:
 
 def _check_world(params: Params, folder: Path) -> dict:
     """The world card, checked to match params.world (the corpus is drawn from those params)."""
+    if not (folder / "card.json").is_file():
+        why = "auto: the embedded backbone" if params.backbone.sanity.enabled == "auto" else "true"
+        raise DearError(f"{folder / 'card.json'}: not found; the backbone's zero-shot sanity check scores it on the "
+                        f"embedded world (backbone.sanity.enabled: {why}): run `dear world` first (--world), or set "
+                        "backbone.sanity.enabled: false")
     card = read_json(folder / "card.json")
     expected = sha256_json(params.world.model_dump(mode="json"))
     if card.get("world_params_sha256") != expected:

@@ -3,6 +3,8 @@
 - base-to-novel (a model trained on a dataset's base classes): its test split,
   base classes with the fused logits, novel classes with the CLS stream alone
   (`fusion.novel: cls`, MMRL's decoupled inference) or the fused logits;
+- few-shot learning (`--shots K`, a model trained on K shots of every class):
+  its dataset's test split, all classes, fused (seen), as protocol few_shot_<K>;
 - cross-dataset and domain generalization (a model trained on all classes of
   the source): the source's own test split and every target's, each over the
   target's own class list and its own prompt (the method's recipe at that
@@ -19,6 +21,9 @@ then scored both ways in this one pass (SPEC §6). Every count comes with
 the per-image hits the report's paired bootstrap needs.
 
 Images of each target are encoded once; text features once per class list.
+A method scores only the class lists it can (`MethodModel.can_score`): a
+linear probe has no rows for novel classes or another dataset's, so those
+targets get no rows (the report shows "—" and says why).
 Writes `eval.parquet` (dear.results.EVAL_SCHEMA: correct, total per class)
 and `metrics.json` (the run's percentages, computed from those counts).
 """
@@ -36,10 +41,11 @@ from dear import evaluation
 from dear.data.manifest import read_manifest
 from dear.errors import DearError
 from dear.io import output_folder, provenance, read_json, sha256_json, write_json
+from dear.methods import entry
 from dear.model.clip import load_backbone
 from dear.model.trained import load_trained, read_trained
 from dear.params import Params
-from dear.results import FUSED, OUTPUT, eval_frame, run_metrics, write_eval
+from dear.results import FUSED, OUTPUT, eval_frame, few_shot_protocol, run_metrics, write_eval
 
 log = logging.getLogger("dear.evaluate")
 
@@ -54,6 +60,7 @@ class Inputs:
     classes: str  # base: base-to-novel | all: cross-dataset / domain generalization
     data: Path  # folder of prepared datasets: transfer targets are data/<target> (study.* in params)
     method: str | None = None  # the method the model must be of (None: any)
+    shots: int | None = None  # few-shot learning: the model's K; its own test split, all classes (few_shot_<K>)
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,10 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     reuse = evaluation.Reuse(sha, params.evaluate.reuse_mb) if sha else None
     rows, encoded = [], {}
     for target in targets:
+        if not model.can_score(target.images.classnames):  # a linear probe on classes it was not fitted on
+            log.info("%s: %s %s %s not scored: %s", model.name, target.protocol, target.name, target.split,
+                     entry(model.name).scores or "the method has no logits for these classes")
+            continue
         key = (target.name, target.split)
         if key not in encoded:  # the source's own test images serve both transfer protocols
             encoded[key] = evaluation.encode_images(model, target.images, transform, params.evaluate.batch_size,
@@ -144,6 +155,9 @@ def _targets(params: Params, inputs: Inputs) -> list[Target]:
         return [Target("base_to_novel", name, subset, evaluation.image_set(source, source, "test", subset, where),
                        seen=subset == "base") for subset in ("base", "novel")]
     own = evaluation.image_set(source, source, "test", "all", where)
+    if inputs.shots is not None:
+        _check_few_shot_model(inputs)
+        return [Target(few_shot_protocol(inputs.shots), name, "all", own, seen=True)]
     targets = []
     transfer = params.study.transfer_on
     if transfer is not None and transfer.source == name:
@@ -160,6 +174,15 @@ def _targets(params: Params, inputs: Inputs) -> list[Target]:
         raise DearError(f"--source {inputs.source}: {name} is not study.transfer.source (or the transfer protocols "
                         "are off); use --classes base, or set study.transfer.source")
     return targets
+
+
+def _check_few_shot_model(inputs: Inputs) -> None:
+    """--shots K scores a model trained on K shots of every class of this dataset, nothing else."""
+    record = read_trained(inputs.model)
+    if inputs.classes != "all" or record.get("shots") != inputs.shots or record["dataset"] != inputs.source.name:
+        raise DearError(f"--shots {inputs.shots}: {inputs.model} was trained on {record['dataset']} "
+                        f"({record.get('classes')} classes, shots {record.get('shots')}), not on {inputs.shots} shots of "
+                        f"every class of {inputs.source.name}; pass --classes all and the model `dear train --shots` made")
 
 
 def _manifests(inputs: Inputs, targets: list[Target]) -> dict[str, Path]:

@@ -1,9 +1,12 @@
-"""`dear prepare`: index one dataset in CoOp's layout into a manifest and few-shot tables.
+"""`dear prepare`: index one dataset into a manifest and few-shot tables.
 
-Reads `<data.root>/<dataset>/` (see `dear.data.coop`), checks the images as
+Reads `<data.root>/<dataset>/` in CoOp's layout (see `dear.data.coop`) or a
+dataset of one's own declared under `data.custom` (`dear.data.custom`), checks the images as
 `data.verify` asks, and writes into the output folder `manifest.parquet`,
 `excluded.parquet` and one `fewshot-seed<S>.parquet` per seed in `data.seeds`
-(schemas in `dear.data.manifest`). Everything is read and checked before the
+(schemas in `dear.data.manifest`); a dataset of `study.few_shot` also gets one
+`fewshot-shots<K>-seed<S>.parquet` per shot count K and seed: Dassl's draw for
+K (the picks depend on K, as the authors' `shot_K-seed_S.pkl`). Everything is read and checked before the
 first file is written, and the folder is replaced as a whole
 (`dear.io.output_folder`), so bad input or a kill leaves the previous folder
 or none, and a table of an earlier seed list never survives beside new ones.
@@ -37,39 +40,59 @@ log = logging.getLogger("dear.prepare")
 
 @dataclass(frozen=True)
 class Inputs:
-    dataset: str  # name in dear.data.coop.SPECS (DATASETS.md folder name or world_*)
+    dataset: str  # name in dear.data.coop.SPECS (DATASETS.md folder name or world_*) or in data.custom
 
 
 @dataclass(frozen=True)
 class Outputs:
     folder: Path  # gets manifest.parquet, excluded.parquet, fewshot-seed<S>.parquet
-    FILES: ClassVar[tuple[str, ...]] = ("manifest.parquet", "excluded.parquet", "fewshot-seed*.parquet")
+    FILES: ClassVar[tuple[str, ...]] = ("manifest.parquet", "excluded.parquet", "fewshot-seed*.parquet",
+                                        "fewshot-shots*-seed*.parquet")
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     data = params.data
-    spec, listing = coop.read_dataset(inputs.dataset, data.root)
+    spec, listing = coop.read_dataset(inputs.dataset, data.root, data.custom)
     _warn_class_count(inputs.dataset, spec, listing)
     check = verify.check_images(listing.paths, data.verify, data.hash_content, data.workers, inputs.dataset)
     if check.reasons and not data.skip_bad:
         raise DearError(f"{inputs.dataset}: {verify.describe_bad(listing.paths, check.reasons, data.max_listed)}; "
                         "restore or re-download them, or set data.skip_bad: true to drop them")
-    manifest, tables = decoded_draw(inputs.dataset, spec, listing, check, data)
+    counts = few_shot_counts(params, inputs.dataset)
+    manifest, tables = decoded_draw(inputs.dataset, spec, listing, check, data, counts)
     excluded = excluded_table(listing, check)
 
-    record = provenance(data, {"split_file": listing.source, "dataset_dir": spec.dataset_dir(Path(data.root))})
+    record = provenance(data, {"split_file": listing.source, "dataset_dir": spec.dataset_dir(Path(data.root)),
+                               **_declared_files(data.custom.get(inputs.dataset))})
     with output_folder(outputs.folder, Outputs.FILES) as folder:
         write_parquet(excluded_path(folder), excluded, EXCLUDED_SCHEMA, record)
-        for seed, table in tables.items():
-            write_parquet(fewshot_path(folder, seed), table, FEWSHOT_SCHEMA, {**record, "seed": seed})
+        for (seed, shots), table in tables.items():
+            write_parquet(fewshot_path(folder, seed, shots), table, FEWSHOT_SCHEMA,
+                          {**record, "seed": seed, **({"shots": shots} if shots is not None else {})})
         write_parquet(manifest_path(folder), manifest, MANIFEST_SCHEMA, record)
-    _log_summary(inputs.dataset, manifest, excluded, tables, outputs.folder)
-    _warn_fewer_shots(inputs.dataset, tables, data.shots, len(listing.classnames))
+    main = {seed: table for (seed, shots), table in tables.items() if shots is None}
+    _log_summary(inputs.dataset, manifest, excluded, main, outputs.folder)
+    _warn_fewer_shots(inputs.dataset, main, data.shots, len(listing.classnames))
+
+
+def few_shot_counts(params: Params, dataset: str) -> list[int]:
+    """The shot counts K whose tables `dataset` gets: study.few_shot's when it is on and lists the dataset."""
+    few = params.study.few_shot_on
+    return list(few.shots) if few is not None and dataset in few.datasets else []
+
+
+def _declared_files(entry) -> dict[str, str]:
+    """The class-name and base-class files a dataset of one's own names (hashed into provenance)."""
+    if entry is None:
+        return {}
+    return {key: value for key, value in (("classnames", entry.classnames), ("base_classes", entry.base_classes))
+            if isinstance(value, str)}
 
 
 def decoded_draw(name: str, spec: coop.DatasetSpec, listing: coop.Listing, check: verify.ImageCheck,
-                 data) -> tuple[pa.Table, dict[int, pa.Table]]:
-    """The manifest and each seed's few-shot table, every picked image decoded.
+                 data, counts: list[int] = ()) -> tuple[pa.Table, dict[tuple[int, int | None], pa.Table]]:
+    """The manifest and the few-shot tables, every picked image decoded: {(seed, None): data.shots' table,
+    (seed, K): the table of each shot count K of `counts`}.
 
     A pick that does not decode fails the run, or with `data.skip_bad` joins
     the bad files (`check.reasons`, hence excluded.parquet) and the draw is
@@ -82,8 +105,8 @@ def decoded_draw(name: str, spec: coop.DatasetSpec, listing: coop.Listing, check
         keep[check.bad_rows] = False
         _check_classes_kept(name, spec, listing, keep)
         manifest = manifest_table(listing, check, keep)
-        tables = {seed: fewshot_table(manifest, spec, data.shots, min(data.shots, data.val_shots), seed)
-                  for seed in data.seeds}
+        tables = {(seed, shots): fewshot_table(manifest, spec, k, min(k, data.val_shots), seed)
+                  for seed in data.seeds for shots, k in [(None, data.shots), *((c, c) for c in counts)]}
         picked = np.flatnonzero(keep)[np.unique(np.concatenate(
             [table["manifest_row"].to_numpy() for table in tables.values()] + [np.zeros(0, np.int64)]))]
         fresh = picked[~decoded[picked]]                                     # listing rows not decoded yet
@@ -102,7 +125,7 @@ def decoded_draw(name: str, spec: coop.DatasetSpec, listing: coop.Listing, check
 def manifest_table(listing: coop.Listing, check: verify.ImageCheck, keep: np.ndarray) -> pa.Table:
     """One row per kept image, in listing order (train, val, test; split-file order inside)."""
     labels = listing.labels[keep]                                    # [M]
-    is_novel, subset_label = fewshot.base_novel(len(listing.classnames))
+    is_novel, subset_label = fewshot.base_novel(len(listing.classnames), listing.base)
     width, height = check.width[keep], check.height[keep]
     imagenet = None if listing.imagenet_labels is None else pa.array(listing.imagenet_labels[keep], pa.int32())
     return pa.table({

@@ -15,6 +15,7 @@ as a whole (`dear.io.output_folder`):
     record.json                    the record of the run (dear.runrecord): code, params, recipes, data, environment,
                                    each job's time and memory
     base_novel.png, loss_curves.png, roles/<dataset>.png
+    few_shot.png, plots/few_shot.csv   accuracy against shots (only when the eval tables hold few-shot runs)
     plots/base_novel.csv, plots/transfer.csv, plots/loss.csv   data of `dvc plots`
     paper/<protocol>.csv|md|tex    the papers' table layouts, best per column in bold (dear.report.paper)
 """
@@ -36,7 +37,7 @@ from dear.params import Params
 from dear.model import ablation
 from dear.report import markdown, paired, paper, plots, reference, tables
 from dear.report.train_logs import read_train_logs
-from dear.results import read_evals, seed_accuracy
+from dear.results import read_evals, seed_accuracy, shots_of
 
 log = logging.getLogger("dear.report")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -88,7 +89,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                          reference=params.report.reference, heatmaps=[f"roles/{name}.png" for name in heatmaps],
                          has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()},
                          setting_problems=problems, inference=_inference(run_record),
-                         notes=notes(params, inputs.train_logs))
+                         notes=notes(params, inputs.train_logs), limits=limits(evals))
     text = markdown.render(results, page, differences, streams, published, inferences)
     files = {
         "results.md": "\n".join([text, *runrecord.markdown(run_record)]).encode(),
@@ -103,16 +104,45 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         "plots/base_novel.csv": _csv(base_novel_data(results)),
         "plots/transfer.csv": _csv(transfer_data(results)),
         "plots/loss.csv": _csv(logs),
-        **paper.tables(results, conventions.methods, params.report.decimals),
+        **few_shot_files(results, conventions.methods, params.report.dpi),
+        **paper.tables(results, conventions.methods, params.report.decimals, limits(evals)),
         **{f"roles/{name}.png": data for name, data in heatmaps.items()},
     }
     with output_folder(outputs.folder, Outputs.FILES) as folder:  # also drops pictures of datasets no longer given
         for name, data in files.items():
             write_bytes(folder / name, data)
+        (folder / "paper").mkdir(exist_ok=True)  # declared by both engines: there even when no layout applies
         write_json(folder / "metrics.json", metrics(results, differences))
         write_json(folder / "provenance.json", {"provenance": record})
         write_json(folder / "record.json", run_record)
     _log_summary(results, outputs.folder)
+
+
+def limits(evals: pd.DataFrame) -> dict[str, str]:
+    """{method: why it has no number for some class lists} of the reported methods that say so (the registry's
+    `scores`: a linear probe has no classifier for novel classes or another dataset's)."""
+    from dear.methods import REGISTRY
+
+    return {name: REGISTRY[name].scores for name in sorted(set(evals["method"]))
+            if name in REGISTRY and REGISTRY[name].scores}
+
+
+def few_shot_files(results: pd.DataFrame, methods: list[str], dpi: int) -> dict[str, bytes]:
+    """few_shot.png and plots/few_shot.csv, when the eval tables hold a few-shot run (none otherwise)."""
+    data = few_shot_data(results)
+    if data.empty:
+        return {}
+    return {"few_shot.png": plots.few_shot_png(results, methods, dpi), "plots/few_shot.csv": _csv(data)}
+
+
+def few_shot_data(results: pd.DataFrame) -> pd.DataFrame:
+    """plots/few_shot.csv: method, dataset (or Average), shots, accuracy and its interval over seeds, seeds, run."""
+    rows = results[results["protocol"].map(shots_of).notna()]
+    data = pd.DataFrame({"method": rows["method"], "dataset": rows["dataset"], "shots": rows["protocol"].map(shots_of),
+                         "accuracy": rows["mean"], "ci_low": rows["ci_low"], "ci_high": rows["ci_high"],
+                         "n_seeds": rows["n_seeds"]})
+    data["run"] = data["method"] + " · " + data["dataset"]
+    return data.sort_values(["dataset", "method", "shots"], kind="stable").reset_index(drop=True)
 
 
 def _inference(run_record: dict) -> str:
@@ -181,7 +211,9 @@ def metrics(results: pd.DataFrame, differences: pd.DataFrame | None = None) -> d
 
     base_to_novel.<method>.{base, novel, hm, seeds}: the Average row;
     cross_dataset|domain_generalization.<method>.<source>.{source, average, seeds};
-    differences.<method>_minus_<baseline>.{base, novel, hm}: the Average's paired differences.
+    few_shot.<method>.shots<K>.{average, seeds}: the few-shot Average over datasets (only with few-shot runs);
+    differences.<method>_minus_<baseline>.{base, novel, hm}: the Average's paired differences
+    (and few_shot_<K>: the few-shot Average's).
     Missing numbers are null, never 0.
     """
     out: dict = {}
@@ -190,11 +222,18 @@ def metrics(results: pd.DataFrame, differences: pd.DataFrame | None = None) -> d
         for row in average.itertuples(index=False):
             out.setdefault("differences", {}).setdefault(f"{row.method}_minus_{row.baseline}", {})[row.metric] = \
                 _rounded(row.mean)
+        few = differences[(differences["dataset"] == tables.AVERAGE) & differences["protocol"].map(shots_of).notna()]
+        for row in few.itertuples(index=False):
+            out.setdefault("differences", {}).setdefault(f"{row.method}_minus_{row.baseline}", {})[row.protocol] = \
+                _rounded(row.mean)
     averages = results[results["row"] == "average"]
     for row in averages[averages["protocol"] == "base_to_novel"].itertuples(index=False):
         entry = out.setdefault("base_to_novel", {}).setdefault(row.method, {})
         entry[row.metric] = _rounded(row.mean)
         entry["seeds"] = min(entry.get("seeds", row.n_seeds), row.n_seeds)
+    for row in averages[averages["protocol"].map(shots_of).notna()].itertuples(index=False):
+        out.setdefault("few_shot", {}).setdefault(row.method, {})[f"shots{shots_of(row.protocol)}"] = {
+            "average": _rounded(row.mean), "seeds": int(row.n_seeds)}
     for protocol in ("cross_dataset", "domain_generalization"):
         for row in averages[averages["protocol"] == protocol].itertuples(index=False):
             own = results[(results["protocol"] == protocol) & (results["source"] == row.source)
@@ -218,7 +257,7 @@ def base_novel_data(results: pd.DataFrame) -> pd.DataFrame:
 
 def transfer_data(results: pd.DataFrame) -> pd.DataFrame:
     """plots/transfer.csv: protocol, method, source, target, accuracy, run."""
-    rows = results[results["protocol"] != "base_to_novel"]
+    rows = results[results["protocol"].isin(["cross_dataset", "domain_generalization"])]
     data = pd.DataFrame({"protocol": rows["protocol"], "method": rows["method"], "source": rows["source"],
                          "target": rows["dataset"], "accuracy": rows["mean"]})
     data["run"] = data["method"] + " · " + data["source"] + " → " + data["target"]
@@ -248,6 +287,7 @@ def _log_summary(results: pd.DataFrame, folder: Path) -> None:
     averages = results[(results["row"] == "average") & (results["metric"].isin(["hm", "accuracy"]))]
     for row in averages.itertuples(index=False):
         shown = "missing" if math.isnan(row.mean) else f"{row.mean:.2f}"
-        where = row.protocol if row.protocol == "base_to_novel" else f"{row.protocol} from {row.source}"
+        where = row.protocol if row.protocol == "base_to_novel" else f"few-shot with {shots_of(row.protocol)} shots" \
+            if shots_of(row.protocol) is not None else f"{row.protocol} from {row.source}"
         log.info("%s %s average %s: %s (n=%d)", where, row.method, row.metric, shown, row.n_seeds)
     log.info("report written to %s (results.md, results.csv, metrics.json, pictures)", folder)

@@ -10,7 +10,9 @@ protocol) and is what the trainer reads. Writes into the output folder
 method's own loss terms as loss_<term> columns). The resumable checkpoint
 lives at `Outputs.checkpoint`, outside the declared outputs, and is removed
 once both outputs are written. `zeroshot` trains nothing and writes the same
-two files (an empty log).
+two files (an empty log); `linear_probe` fits its classifier on the shots'
+frozen features (dear/train/features.py), also with an empty log: its C
+search is in model.pt.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dear.io import check_output_file, output_folder, provenance, sha256_file, s
 from dear.model import internals as oc
 from dear.model.trained import backbone_sha256, read_roles, save_trained
 from dear.params import Params
-from dear.train import trainer
+from dear.train import features, trainer
 from dear.train.data import check_images_exist, training_shots
 
 log = logging.getLogger("dear.train")
@@ -62,6 +64,7 @@ class Inputs:
     fewshot: Path  # data/<ds>/fewshot-seed<S>.parquet
     roles: Path | None  # roles/<ds>/roles.parquet; needed by `dear` only
     classes: str = "base"  # base: base classes (base-to-novel) | all: every class (transfer source)
+    shots: int | None = None  # few-shot learning: K shots per class of every class (--classes all), the recipe's K
 
 
 @dataclass(frozen=True)
@@ -94,10 +97,11 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         raise DearError(f"--method: unknown method {name!r}; choose one of {', '.join(REGISTRY)}")
     if inputs.classes not in ("base", "all"):
         raise DearError(f"--classes: {inputs.classes!r} is not a class subset to train on; use base or all")
-    recipe = params.train.recipe(name, inputs.dataset, PROTOCOL[inputs.classes])
+    recipe = params.train.recipe(name, inputs.dataset, protocol(inputs.classes, inputs.shots), inputs.shots)
     checkpoint = outputs.checkpoint or default_checkpoint(outputs.folder, params.output_root)
     check_output_file(checkpoint)
     shots = training_shots(inputs.fewshot, inputs.classes)
+    _check_shot_count(inputs, shots)
     backbone = load_backbone(inputs.backbone)
     sha = backbone_sha256(backbone, inputs.backbone)
     roles, roles_sha = None, None
@@ -108,7 +112,13 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     model = create(name, backbone, recipe, roles, seed=inputs.seed)
     run_hash = _run_hash(params, name, recipe, inputs, sha, roles_sha)
     rows = []
-    if model.trains:
+    if model.fits_features:  # the linear probe: a classifier fitted on the shots' frozen features, no steps
+        check_images_exist(shots, inputs.fewshot)
+        found = features.fit(model, shots, inputs.fewshot, inputs.classes, params.compute, params.evaluate.batch_size,
+                             f"train {name}")
+        log.info("%s on %s: C %.4g of %d tried on the validation shots (accuracy %.1f%%)", name, inputs.dataset,
+                 found.c, len(found.tried), 100 * dict(found.tried)[found.c])
+    elif model.trains:
         check_images_exist(shots, inputs.fewshot)
         log.info("%s on %s (%s): %s", name, inputs.dataset, recipe.protocol, _recipe_line(recipe))
         rows = trainer.fit(trainer.Run(
@@ -116,7 +126,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
             image_size=oc.image_size(backbone.model), normalization=oc.image_normalization(backbone.model),
             checkpoint=checkpoint, checkpoint_every=params.train.checkpoint_every, params_hash=run_hash))
     record = {"backbone_sha256": sha, "roles_sha256": roles_sha, "params_sha256": run_hash,
-              "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes, "classnames": shots.classnames}
+              "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes, "classnames": shots.classnames,
+              **({"shots": inputs.shots} if inputs.shots is not None else {})}
     used = {"backbone": Path(inputs.backbone) / "card.json", "fewshot": inputs.fewshot}  # the card holds the weights' sha256
     if roles is not None:
         used["roles"] = inputs.roles
@@ -130,7 +141,27 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     log.info("%s", summary(name, inputs.dataset, inputs.seed, rows, outputs.folder))
 
 
-PROTOCOL = {"base": "base_to_novel", "all": "transfer"}  # --classes -> the recipe's protocol
+PROTOCOL = {"base": "base_to_novel", "all": "transfer"}  # --classes -> the recipe's protocol (without --shots)
+
+
+def protocol(classes: str, shots: int | None) -> str:
+    """The recipe's protocol of a run: few_shot with --shots (all classes only), else by --classes."""
+    if shots is None:
+        return PROTOCOL[classes]
+    if classes != "all" or shots < 1:
+        raise DearError(f"--shots {shots}: few-shot learning trains every class with K >= 1 shots; "
+                        "pass --classes all and a positive --shots")
+    return "few_shot"
+
+
+def _check_shot_count(inputs: Inputs, shots) -> None:
+    """A few-shot run's table holds K shots of each class (fewer only where a class has fewer images)."""
+    if inputs.shots is None:
+        return
+    most = shots.per_class()[1]
+    if most != inputs.shots:
+        raise DearError(f"--fewshot {inputs.fewshot}: its classes hold up to {most} training shots, not --shots "
+                        f"{inputs.shots}; pass data/<ds>/fewshot-shots{inputs.shots}-seed<S>.parquet")
 
 
 def _recipe_line(recipe) -> str:
@@ -157,6 +188,7 @@ def _run_hash(params: Params, name: str, recipe, inputs: Inputs, backbone_sha: s
     return sha256_json({
         "method": name, "recipe": recipe.values, "compute": compute,
         "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes,
+        **({"shots": inputs.shots} if inputs.shots is not None else {}),
         "backbone": backbone_sha, "roles": roles_sha, "fewshot": sha256_file(inputs.fewshot),
         "dear_version": versions()["dear"],
     })

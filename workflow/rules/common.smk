@@ -2,6 +2,7 @@
 # outputs go, the fan-out lists, the code each stage runs, and which jobs rerun because their outputs
 # were made otherwise than this config says (dear.stale).
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -77,6 +78,8 @@ B2N = list(STUDY.base_to_novel)
 TRANSFER = STUDY.transfer_on  # None: the transfer protocols are off (no transfer job)
 SOURCE = TRANSFER.source if TRANSFER else None
 TARGETS = [*TRANSFER.cross_dataset, *TRANSFER.domain_generalization] if TRANSFER else []
+FEW_SHOT = STUDY.few_shot_on  # None: the few-shot protocol is off (no few-shot job)
+FEW_SHOT_RUNS = STUDY.few_shot_runs()  # (dataset, K) of each method's few-shot runs
 PROFILED = PARAMS.profile.dataset
 ROLES = rooted(f"roles/{PROFILED}/roles.parquet")
 BACKBONE = rooted("backbone")  # card.json, and model.pt when trained here (real weights are used where they lie)
@@ -85,6 +88,7 @@ READS_WORLD = [WORLD] if world_needed(PARAMS) else []  # the world is drawn only
 
 wildcard_constraints:
     seed=r"\d+",
+    shots=r"\d+",
     method="|".join(METHODS),
 
 def code(rule):
@@ -107,8 +111,9 @@ def values(rule):
 
 
 def job_name(rule, wildcards):
-    """DVC's name of the job of `rule` with these wildcards: train@mmrl-world_objects, train_transfer@mmrl, world."""
-    items = [wildcards[key] for key in ("method", "dataset") if key in wildcards.keys()]
+    """DVC's name of the job of `rule` with these wildcards: train@mmrl-world_objects, train_transfer@mmrl, world
+    (and the few-shot jobs' shots: train_fewshot@coop-world_objects-4)."""
+    items = [wildcards[key] for key in ("method", "dataset", "shots") if key in wildcards.keys()]
     return rule + (f"@{'-'.join(items)}" if items else "")
 
 

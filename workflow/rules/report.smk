@@ -15,6 +15,8 @@ rule report:
         models=expand(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt"), method=METHODS, dataset=B2N, seed=SEEDS),
         transfer_models=expand(rooted("transfer/{method}/train/seed{seed}/model.pt"), method=METHODS if TRANSFER else [],
                                seed=SEEDS),
+        fewshot=[rooted(f"fewshot/{m}/{d}/shots{k}/{kind}/seed{s}/{file}") for m in METHODS for d, k in FEW_SHOT_RUNS
+                 for s in SEEDS for kind, file in (("eval", "eval.parquet"), ("train", "model.pt"))],
         heatmap=rooted(f"roles/{PROFILED}/heatmap.png"),
         ablation=rooted(f"roles/{PROFILED}/ablation.parquet"),
         stale=provenance_checked("report"),
@@ -43,5 +45,7 @@ rule report:
     shell:
         "dear report --params {CONFIG} --out {R}report --log {log}"
         " --evals {R}runs/*/*/eval/seed*/eval.parquet {R}transfer/*/eval/seed*/eval.parquet"
+        " {R}fewshot/*/*/shots*/eval/seed*/eval.parquet"
         " --train-logs {R}runs/*/*/train/seed*/train_log.parquet --roles {R}roles/*/heatmap.png"
-        " --models {R}runs/*/*/train/seed*/model.pt {R}transfer/*/train/seed*/model.pt --benchmarks {R}logs"
+        " --models {R}runs/*/*/train/seed*/model.pt {R}transfer/*/train/seed*/model.pt"
+        " {R}fewshot/*/*/shots*/train/seed*/model.pt --benchmarks {R}logs"

@@ -1,0 +1,184 @@
+"""The same floats on every x86-64 CPU: `compute.reproducible` caps what torch's CPU kernels may use.
+
+torch picks its CPU kernels per machine: ATen's vectorised loops (sums,
+softmax, norms, elementwise math) per instruction set (AVX2, AVX-512), MKL's
+BLAS per processor, oneDNN's convolutions per instruction set (AVX-512, AMX).
+Each sums floats in its own order, so the same config trains other weights on
+another CPU (30 fp32 pretraining steps here: a different model.pt under each
+cap alone, docs/compute.md). With the setting on, a stage caps all of them at
+AVX2, the newest set every x86-64 CPU of the last ten years has:
+
+- ATEN_CPU_CAPABILITY=avx2: ATen's kernels compiled for AVX2;
+- MKL_CBWR=AVX2,STRICT (and MKL_ENABLE_INSTRUCTIONS=AVX2): MKL's conditional numerical
+  reproducibility, its AVX2 code path with fixed blocking and reduction order on
+  every CPU that has AVX2 (Intel's guarantee; an AMD CPU runs MKL's own pick: docs/compute.md);
+- ONEDNN_MAX_CPU_ISA=AVX2, and oneDNN (torch.backends.mkldnn) off: its kernels
+  choose their blocking by the cache sizes of the CPU, so convolutions go to
+  ATen's own (im2col + MKL);
+- deterministic algorithms (`torch.use_deterministic_algorithms(warn_only)`;
+  on CUDA cuDNN's deterministic kernels and cuBLAS's fixed workspace).
+
+Environment variables are read by the libraries when torch first loads or
+first computes, so `apply` runs in the `dear` command before any import of
+torch (`dear.cli`), and the stage's worker processes inherit them. What was in
+force goes into every output's provenance (`in_force`, `dear.io.provenance`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("dear.reproducible")
+
+# variable -> the value the setting puts (what it caps)
+CAPS = {
+    "ATEN_CPU_CAPABILITY": "avx2",        # ATen's vectorised kernels
+    "ONEDNN_MAX_CPU_ISA": "AVX2",         # oneDNN (off as well: configure_torch)
+    "MKL_CBWR": "AVX2,STRICT",           # MKL: AVX2 branch, fixed blocking and reductions
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",    # MKL's dispatcher, for what CBWR does not cover
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",  # cuBLAS: deterministic with use_deterministic_algorithms
+}
+# other variables that decide CPU floats, recorded when a user set them
+WATCHED = ("DNNL_MAX_CPU_ISA", "MKL_DYNAMIC", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NPY_DISABLE_CPU_FEATURES")
+# CPU flags that decide which kernels the libraries may pick (in /proc/cpuinfo's words)
+FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16", "amx_tile", "avx_vnni")
+
+_state: dict[str, Any] = {"setting": None, "overridden": {}, "late": False, "before": {}, "torch_before": None}
+
+
+def apply(on: bool, environ: dict | None = None) -> dict[str, str]:
+    """Set (on) the caps in this process's environment, before torch loads; returns the values changed.
+
+    A value the user had set otherwise is replaced (and named in the log): the
+    setting's promise is the same floats as everyone else's. Off, nothing is
+    touched: the libraries pick the machine's fastest kernels (or the user's caps).
+    """
+    environ = os.environ if environ is None else environ
+    _state["setting"] = bool(on)
+    _state["late"] = on and "torch" in sys.modules and not _capped_at_load()
+    _state["overridden"] = {}
+    changed = {}
+    if on:
+        for name, value in CAPS.items():
+            if environ.get(name) != value:
+                if environ.get(name):
+                    _state["overridden"][name] = environ[name]
+                _state["before"].setdefault(name, environ.get(name))
+                changed[name] = value
+                environ[name] = value
+    return changed
+
+
+def release() -> None:
+    """Undo `apply` and `configure_torch` (the end of a command: a later one in the same process, tests, starts clean)."""
+    for name, value in _state["before"].items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if _state["torch_before"] is not None:
+        import torch
+
+        mkldnn, deterministic, warn_only, cudnn_deterministic, benchmark = _state["torch_before"]
+        torch.backends.mkldnn.enabled = mkldnn
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn_deterministic, benchmark
+    _state.update(setting=None, overridden={}, late=False, before={}, torch_before=None)
+
+
+def _capped_at_load() -> bool:
+    """Whether the torch already loaded in this process runs ATen's AVX2 kernels (as the cap would make it)."""
+    with contextlib.suppress(Exception):
+        return sys.modules["torch"].backends.cpu.get_cpu_capability() == "AVX2"
+    return False
+
+
+def configure_torch(on: bool) -> None:
+    """After torch loads: oneDNN off and deterministic algorithms (on); nothing changed (off)."""
+    if not on or "torch" not in sys.modules:  # world, report: no torch, nothing to set
+        return
+    import torch
+
+    if _state.get("late"):  # in-process callers (tests); every `dear` job sets the caps first
+        log.debug("compute.reproducible: torch was loaded before the caps were set (ATen runs %s kernels): "
+                    "this process's results may differ from other CPUs'; run the stage as a `dear` command",
+                    torch.backends.cpu.get_cpu_capability())
+    for name, was in _state["overridden"].items():
+        log.warning("compute.reproducible: %s=%s replaced by %s (set compute.reproducible: false to keep yours)",
+                    name, was, CAPS[name])
+    _state["torch_before"] = (torch.backends.mkldnn.enabled, torch.are_deterministic_algorithms_enabled(),
+                              torch.is_deterministic_algorithms_warn_only_enabled(),
+                              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    if not _state.get("late") and torch.backends.cpu.get_cpu_capability() != "AVX2":
+        log.warning("compute.reproducible: this CPU runs ATen's %s kernels, not AVX2 (it lacks AVX2?): its numbers "
+                    "will differ from other CPUs'", torch.backends.cpu.get_cpu_capability())
+    torch.backends.mkldnn.enabled = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's instruction sets among FLAGS (what its fastest kernels would use)."""
+    present = set(_cpuinfo("flags").split())
+    return [flag for flag in FLAGS if flag in present]
+
+
+def cpu_vendor() -> str:
+    """GenuineIntel, AuthenticAMD, ... ('' where /proc/cpuinfo does not say): MKL's CNR promise is Intel's only."""
+    return _cpuinfo("vendor_id")
+
+
+def _cpuinfo(field: str) -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.split(":", 1)[0].strip() == field:
+                return line.split(":", 1)[1].strip()
+    return ""
+
+
+def in_force() -> dict[str, Any]:
+    """What decided this process's floats: the setting, the caps, the kernels torch runs, its builds, threads, GPU."""
+    record: dict[str, Any] = {
+        "reproducible": _state["setting"],
+        "cpu_vendor": cpu_vendor(),
+        "cpu_flags": cpu_flags(),
+        "caps": {name: os.environ[name] for name in (*CAPS, *WATCHED) if name in os.environ},
+    }
+    torch = sys.modules.get("torch")
+    if torch is None:  # a stage that computes nothing in torch (world, report)
+        return record
+    record["aten_capability"] = torch.backends.cpu.get_cpu_capability()
+    record["threads"] = torch.get_num_threads()
+    record["mkldnn_enabled"] = bool(torch.backends.mkldnn.enabled)
+    record["deterministic"] = bool(torch.are_deterministic_algorithms_enabled())
+    record["builds"] = builds(torch)
+    if torch.cuda.is_initialized():
+        from dear.probe import nvidia_driver
+
+        record["cuda"] = {"devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+                          "capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
+                          "driver": nvidia_driver() or "unknown", "cudnn": torch.backends.cudnn.version(),
+                          "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+                          "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32)}
+    return record
+
+
+def builds(torch) -> dict[str, str]:
+    """torch's BLAS, oneDNN and parallel backend, as torch.__config__ names them (one line each)."""
+    wanted = {"blas": ("Math Kernel Library", "OpenBLAS", "BLAS_INFO"), "onednn": ("MKL-DNN", "oneDNN"),
+              "parallel": ("ATen parallel backend",)}
+    lines = [line.strip(" -\t") for line in (torch.__config__.show() + torch.__config__.parallel_info()).splitlines()]
+    found = {}
+    for key, needles in wanted.items():
+        for line in lines:
+            if any(needle in line for needle in needles) and len(line) < 200:
+                found[key] = line
+                break
+    found["torch"] = torch.__version__
+    return found

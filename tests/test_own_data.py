@@ -1,0 +1,278 @@
+"""A dataset of one's own (`data.custom`): the three formats, Dassl's carved validation split, base classes,
+names and templates, and that no built-in dataset's recipe is got by naming."""
+
+from __future__ import annotations
+
+import json
+import re
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from dear.cli import app
+from dear.data import custom, fewshot
+from dear.data.manifest import read_manifest
+from dear.errors import DearError
+from dear.keys import reads
+from dear.methods import REGISTRY
+from dear.methods.recipe import resolve
+from dear.methods.show import example_classes
+from dear.params import load_params
+from fake_coop import write_params
+from tests.own_data import CLASSES, csv_copy, imagefolder
+
+FOLDER = {"format": "imagefolder", "path": "mine"}
+CSV = {"format": "csv", "path": "mine/images.csv"}
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    csv_copy(imagefolder(tmp_path / "mine"))
+    return tmp_path
+
+
+def params_file(tmp_path: Path, name: str = "params.yaml", **declared) -> Path:
+    declared = declared or {"mine": FOLDER}
+    return write_params(tmp_path / name, root="nowhere", datasets=list(declared), custom=declared, shots=2,
+                        seeds=[1, 2], workers=1, source="coop")
+
+
+def prepare(tmp_path: Path, dataset: str = "mine", params: Path | None = None, **declared):
+    params = params or params_file(tmp_path, **declared)
+    return CliRunner().invoke(app, ["prepare", "--dataset", dataset, "--out", f"data/{dataset}", "--params",
+                                    str(params)])
+
+
+def ok(result) -> None:
+    assert result.exit_code == 0, result.output
+
+
+def tables(folder: Path) -> list:
+    return [pq.read_table(folder / name) for name in ("manifest.parquet", "fewshot-seed1.parquet",
+                                                      "fewshot-seed2.parquet")]
+
+
+def test_imagefolder_and_its_csv_copy_give_identical_manifests_and_picks(in_tmp):
+    ok(prepare(in_tmp, "mine", mine=FOLDER, mine_csv=CSV))
+    ok(prepare(in_tmp, "mine_csv", mine=FOLDER, mine_csv=CSV))
+    for ours, theirs in zip(tables(in_tmp / "data/mine"), tables(in_tmp / "data/mine_csv")):
+        assert ours.equals(theirs)
+    manifest = read_manifest(in_tmp / "data/mine")
+    names = sorted(name.replace("_", " ") for name in CLASSES)
+    assert sorted(set(manifest["classname"].to_pylist())) == names
+    by_label = dict(zip(manifest["label"].to_pylist(), manifest["classname"].to_pylist()))
+    assert [by_label[label] for label in sorted(by_label)] == names  # ImageFolder: sorted folders
+    splits = manifest["split"].to_pylist()
+    assert splits.count("val") == len(CLASSES) and splits.count("test") == 3 * len(CLASSES)
+
+
+def dassl_split_trainval(trainval: list[tuple[str, int]], seed: int, p_val: float = 0.2):
+    """Dassl/CoOp's `split_trainval` (datasets/oxford_pets.py), as written there, on the global stream."""
+    random.seed(seed)
+    tracker = {}
+    for idx, item in enumerate(trainval):
+        tracker.setdefault(item[1], []).append(idx)
+    train, val = [], []
+    for label, idxs in tracker.items():
+        n_val = round(len(idxs) * p_val)
+        assert n_val > 0
+        random.shuffle(idxs)
+        for n, idx in enumerate(idxs):
+            (val if n < n_val else train).append(trainval[idx])
+    return train, val
+
+
+def test_the_carved_validation_split_is_dasslss_and_few_shot_picks_follow_it(in_tmp):
+    ok(prepare(in_tmp))
+    manifest = read_manifest(in_tmp / "data/mine").to_pylist()
+    listed = [(row["path"], row["label"]) for row in manifest]
+    trainval = sorted((p, lab) for p, lab in listed if "/train/" in p)  # ImageFolder order: class, then file
+    train, val = dassl_split_trainval(trainval, seed=1)
+    assert [(r["path"], r["label"]) for r in manifest if r["split"] == "train"] == train
+    assert [(r["path"], r["label"]) for r in manifest if r["split"] == "val"] == val
+    picks = pq.read_table(in_tmp / "data/mine/fewshot-seed1.parquet").to_pylist()
+    rng = random.Random(1)
+    expect = []
+    for split, shots in (("train", 2), ("val", 2)):
+        rows = [row for row in manifest if row["split"] == split]
+        for label in dict.fromkeys(row["label"] for row in rows):
+            items = [row["path"] for row in rows if row["label"] == label]
+            expect += rng.sample(items, shots) if len(items) >= shots else items
+    assert [row["path"] for row in picks] == expect
+
+
+@pytest.mark.parametrize("folder", ["val", "validation"])
+def test_a_val_folder_is_used_as_given(in_tmp, folder):
+    shutil.copytree(in_tmp / "mine/test", in_tmp / f"mine/{folder}")
+    ok(prepare(in_tmp))
+    manifest = read_manifest(in_tmp / "data/mine").to_pylist()
+    assert all(f"/{folder}/" in row["path"] for row in manifest if row["split"] == "val")
+    assert [row["path"] for row in manifest if row["split"] == "train"] == \
+        sorted(row["path"] for row in manifest if row["split"] == "train")
+
+
+@pytest.mark.parametrize("given", ["list", "file"])
+def test_base_classes_replace_the_first_sorted_half(in_tmp, given):
+    chosen = ["red", "yellow", "dark purple"]  # keys or names
+    if given == "file":
+        (in_tmp / "base.txt").write_text("\n".join(chosen) + "\n")
+    ok(prepare(in_tmp, mine={**FOLDER, "base_classes": chosen if given == "list" else "base.txt"}))
+    manifest = read_manifest(in_tmp / "data/mine")
+    pairs = set(zip(manifest["classname"].to_pylist(), manifest["subset"].to_pylist(),
+                    manifest["subset_label"].to_pylist()))
+    assert pairs == {("dark purple", "base", 0), ("red", "base", 1), ("yellow", "base", 2),
+                     ("blue", "novel", 0), ("green", "novel", 1), ("orange", "novel", 2)}
+
+
+def test_without_base_classes_the_halves_are_coops():
+    is_novel, subset_label = fewshot.base_novel(5)
+    assert is_novel.tolist() == [False, False, False, True, True] and subset_label.tolist() == [0, 1, 2, 0, 1]
+
+
+def test_coop_json_at_any_path_and_csv_labels_with_names(in_tmp):
+    manifest = read_manifest(prepare_ok(in_tmp, "mine"))
+    rows = manifest.to_pylist()
+    split = {s: [[str(Path(r["path"]).relative_to("mine")), r["label"], r["classname"]] for r in rows
+                 if r["split"] == s] for s in ("train", "val", "test")}
+    (in_tmp / "splits").mkdir()
+    (in_tmp / "splits/my_split.json").write_text(json.dumps(split))
+    names = dict(zip(manifest["label"].to_pylist(), manifest["classname"].to_pylist()))
+    with open(in_tmp / "mine/labels.csv", "w") as handle:
+        handle.write("path,label,split\n" + "".join(f"{Path(r['path']).relative_to('mine')},{r['label']},{r['split']}\n"
+                                                    for r in rows))
+    declared = {"mine": FOLDER, "mine_json": {"format": "coop-json", "path": "splits/my_split.json", "images": "mine"},
+                "mine_labels": {"format": "csv", "path": "mine/labels.csv", "classnames": names}}
+    for name in ("mine_json", "mine_labels"):
+        ok(prepare(in_tmp, name, **declared))
+        assert read_manifest(in_tmp / f"data/{name}").equals(manifest)
+
+
+def prepare_ok(tmp_path: Path, name: str) -> Path:
+    ok(prepare(tmp_path, name))
+    return tmp_path / f"data/{name}"
+
+
+def test_classnames_and_hidden_or_other_files(in_tmp):
+    (in_tmp / "mine/train/red/.DS_Store").write_text("x")
+    (in_tmp / "mine/train/red/notes.txt").write_text("x")
+    (in_tmp / "names.txt").write_text("dark_purple aubergine\nred crimson red\n")
+    result = prepare(in_tmp, mine={**FOLDER, "classnames": "names.txt"})
+    ok(result)
+    assert "skipped 2 file(s) that are hidden or not images" in result.stderr
+    names = set(read_manifest(in_tmp / "data/mine")["classname"].to_pylist())
+    assert {"aubergine", "crimson red", "dark purple"} & names == {"aubergine", "crimson red"}
+
+
+def test_fewer_images_than_shots_is_a_warning(in_tmp):
+    params = params_file(in_tmp)
+    params.write_text(params.read_text().replace("shots: 2", "shots: 8"))
+    result = prepare(in_tmp, params=params)
+    ok(result)
+    assert "data.shots is 8 but 6 of 6 classes have fewer training images" in result.stderr
+
+
+# --- no built-in dataset's recipe by naming, and the template reaches every recipe that has one --------------
+
+@pytest.mark.parametrize("name", ["eurosat", "oxford_pets", "world_objects"])
+def test_a_built_in_name_is_refused(tmp_path, name):
+    with pytest.raises(DearError, match=f"'{name}' is a built-in dataset's name"):
+        load_params(params_file(tmp_path, **{name: FOLDER}))
+
+
+def test_a_dataset_of_ones_own_gets_the_neutral_recipe_and_its_template(tmp_path):
+    params = load_params(params_file(tmp_path, mine={**FOLDER, "template": "a close photo of a {}."}))
+    for method in REGISTRY:
+        recipe = params.train.recipe(method, "mine", "base_to_novel")
+        neutral = resolve(params.train.recipes, method, "", "base_to_novel")
+        for key, setting in recipe.settings.items():
+            if key == "template":
+                assert setting.value == "a close photo of a {}." and setting.source == "data.custom.mine.template"
+            else:
+                assert setting == neutral.settings[key], (method, key)
+        if "template" in recipe.settings:
+            assert "data.custom.mine.template" in reads(params, "train", method, "mine")
+    assert reads(params, "prepare", dataset="mine")["data.custom.mine.template"] == "a close photo of a {}."
+
+
+def test_unknown_dataset_says_how_to_declare_one(in_tmp):
+    params = params_file(in_tmp)
+    result = CliRunner().invoke(app, ["check", "--params", str(params), "--set", "data.datasets=[mine, shapes8]"])
+    assert "declare a dataset of your own under data.custom.shapes8" in result.output
+
+
+def test_recipe_examples_are_the_datasets_own_base_classes(in_tmp):
+    params = load_params(params_file(in_tmp, mine={**FOLDER, "base_classes": ["red", "yellow"]}))
+    assert example_classes(params, "mine") == (["red", "yellow"], True)  # not prepared: read from the folders
+    demo = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    names, own = example_classes(demo.model_copy(update={"output_root": str(in_tmp)}), "world_objects")
+    assert own and "golden_retriever" not in names
+
+
+def test_custom_listing_checks_cost_no_images(in_tmp):
+    listing = custom.read("mine", load_params(params_file(in_tmp)).data.custom["mine"])
+    assert len(listing.paths) == 9 * len(CLASSES) and listing.base is None
+    assert np.array_equal(np.unique(listing.labels), np.arange(len(CLASSES)))
+
+
+def test_the_layout_benchmark_prepares_the_same_files_both_ways(tmp_path, capsys):
+    import sys
+    import types
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import prepare_scale
+
+    args = types.SimpleNamespace(files=120, classes=6, seeds=[1], workers=1, dir=tmp_path / "bench", keep=True)
+    prepare_scale.compare_layouts(args)
+    printed = capsys.readouterr().out
+    assert "ratio ImageFolder / JSON:" in printed and printed.count("120 rows") == 2
+    manifests = [read_manifest(tmp_path / "bench/out" / name) for name in ("world_objects", "mine")]
+    assert sorted(name.replace("_", " ") for name in manifests[0]["classname"].to_pylist()) == \
+        sorted(manifests[1]["classname"].to_pylist())  # folder names are read with "_" as a space
+
+
+def test_a_domain_shift_target_of_ones_own_maps_its_classes_to_the_sources(in_tmp):
+    shutil.copytree(in_tmp / "mine", in_tmp / "sketch")
+    for split in ("train", "test"):
+        (in_tmp / f"sketch/{split}/red").rename(in_tmp / f"sketch/{split}/rouge")
+    transfer = "study.transfer={source: mine, cross_dataset: [], domain_generalization: [sketch]}"
+    base = ["check", "--params", str(params_file(in_tmp)), "--set", "data.datasets=[mine, sketch]", "--set", transfer]
+    unmapped = CliRunner().invoke(app, [*base, "--set", "data.custom.sketch={format: imagefolder, path: sketch}"])
+    assert unmapped.exit_code == 1
+    assert "data.custom.sketch: class 'rouge' (1 such) is not a class of the source mine" in unmapped.output
+    declared = "data.custom.sketch={format: imagefolder, path: sketch, classnames: {rouge: red}}"
+    mapped = CliRunner().invoke(app, [*base, "--set", declared])
+    assert mapped.exit_code == 0, mapped.output
+
+
+@pytest.mark.parametrize("name", ["my data", "shapes/8", "{x}", ".hidden"])
+def test_a_name_that_cannot_be_a_path_or_stage_is_refused(tmp_path, name):
+    with pytest.raises(DearError, match="cannot name a dataset"):
+        load_params(params_file(tmp_path, **{name: FOLDER}))
+
+
+def test_one_csv_file_per_split_gives_the_same_manifest(in_tmp):
+    lines = (in_tmp / "mine/images.csv").read_text().splitlines()
+    for split in ("train", "test"):
+        rows = [line.rsplit(",", 1)[0] for line in lines[1:] if line.endswith("," + split)]
+        (in_tmp / f"mine/{split}.csv").write_text("path,classname\n" + "\n".join(rows) + "\n")
+    declared = {"mine": FOLDER, "mine_split": {"format": "csv", "path": "mine",
+                                               "splits": {"train": "train.csv", "test": "test.csv"}}}
+    ok(prepare(in_tmp, "mine", **declared))
+    ok(prepare(in_tmp, "mine_split", **declared))
+    for ours, theirs in zip(tables(in_tmp / "data/mine"), tables(in_tmp / "data/mine_split")):
+        assert ours.equals(theirs)
+
+
+@pytest.mark.parametrize("extra, words", [({"images": "mine"}, "does not read 'images'"),
+                                          ({"format": "coop-json", "path": "x.json", "splits": {"test": "t"}},
+                                           "does not read 'splits'"),
+                                          ({"template": "a photo."}, "must hold {} once")])
+def test_a_key_its_format_ignores_or_a_template_without_a_slot_is_refused(tmp_path, extra, words):
+    with pytest.raises(DearError, match=re.escape(words)):
+        load_params(params_file(tmp_path, mine={**FOLDER, **extra}))
