@@ -354,8 +354,8 @@ import dear.cli as cli
 package, ran, out = str(Path(cli.__file__).parent), set(), Path(sys.argv[1])
 
 
-def record(frame, event, arg):
-    if event == "call" and frame.f_code.co_filename.startswith(package):
+def record(frame, event, arg):  # (the command's own function that imports the stage is not the stage's code)
+    if event == "call" and frame.f_code.co_filename.startswith(package) and frame.f_code is not IMPORT:
         ran.add(frame.f_code.co_filename[len(package) - 4:])
 
 
@@ -376,6 +376,7 @@ def import_stage(name, original=cli._import_stage):
     return stage
 
 
+IMPORT = cli._import_stage.__code__
 cli._import_stage = import_stage
 sys.argv = ["dear", *sys.argv[2:]]
 cli.main()
