@@ -354,8 +354,8 @@ import dear.cli as cli
 package, ran, out = str(Path(cli.__file__).parent), set(), Path(sys.argv[1])
 
 
-def record(frame, event, arg):  # (the command's own function that imports the stage is not the stage's code)
-    if event == "call" and frame.f_code.co_filename.startswith(package) and frame.f_code is not IMPORT:
+def record(frame, event, arg):  # (the command's function importing the stage, its log handler: not the stage's)
+    if event == "call" and frame.f_code.co_filename.startswith(package) and frame.f_code not in DRIVER:
         ran.add(frame.f_code.co_filename[len(package) - 4:])
 
 
@@ -376,7 +376,7 @@ def import_stage(name, original=cli._import_stage):
     return stage
 
 
-IMPORT = cli._import_stage.__code__
+DRIVER = {cli._import_stage.__code__, *(f.__code__ for f in (cli._Stderr.stream.fget, cli._Stderr.stream.fset) if f)}
 cli._import_stage = import_stage
 sys.argv = ["dear", *sys.argv[2:]]
 cli.main()
