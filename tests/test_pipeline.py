@@ -405,7 +405,7 @@ def test_every_module_a_stage_runs_is_in_its_code(snakemake_project, tmp_path):
         shell = re.search(r"Shell command: (dear \w+ .*)", block)
         if name in WATCHED.values() and shell:
             commands[name] = shell.group(1).split()
-    values = {f"dear/{module.replace('.', '/')}.py" for module in codegraph.VALUES}
+    values = {f"{module.replace('.', '/')}.py" for module in codegraph.VALUES}  # dear/params.py
     for stage, name in WATCHED.items():
         record = tmp_path / f"{stage}.json"
         run([sys.executable, "recorder.py", str(record), *commands[name][1:]], tree, timeout=600)
