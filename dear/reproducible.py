@@ -13,7 +13,7 @@ AVX2, the newest set every x86-64 CPU of the last ten years has:
   reproducibility, its AVX2 code path with fixed blocking and reduction order on
   every CPU that has AVX2 (Intel's guarantee; an AMD CPU runs MKL's own pick: docs/compute.md);
 - ONEDNN_MAX_CPU_ISA=AVX2, and oneDNN (torch.backends.mkldnn) off: its kernels
-  choose their blocking by the cache sizes of the CPU, so convolutions go to
+  may choose their blocking by the cache sizes of the CPU (no promise across CPUs), so convolutions go to
   ATen's own (im2col + MKL);
 - deterministic algorithms (`torch.use_deterministic_algorithms(warn_only)`;
   on CUDA cuDNN's deterministic kernels and cuBLAS's fixed workspace);
