@@ -3,12 +3,17 @@
     python benchmarks/demo_time.py                 # after `make demo`, in the project root
     python benchmarks/demo_time.py --logs smoke/logs --cores 2
     python benchmarks/demo_time.py --write-one-epoch demo-one-epoch/params.yaml
+    python benchmarks/demo_time.py --first-training .snakemake/log/<the run's>.snakemake.log
 
 Prints the job-seconds per stage and per method, and what the run would take with no
 training step at all: the stages that run alone (world, backbone, profile, report) plus
 every fuse and evaluate job and each training job's fixed cost (the time of a `train` job
 that trains nothing: zero-shot's), spread over the cores. That bound says how much of the
 demo's time no recipe can remove.
+
+`--first-training LOG` prints how long after its start a Snakemake run started its first
+training job (from the run's own log: its `Date:` and each job's `[time]` line), the figure of a
+second study whose world and backbone come from the output cache (docs/engines.md).
 
 `--write-one-epoch FILE` writes the demo's params with every trained method at one epoch in
 every protocol (output root `demo-one-epoch`), for measuring the study with training cut to
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -80,13 +87,30 @@ def one_epoch(demo: dict, root: str = "demo-one-epoch") -> dict:
     return raw
 
 
+def first_training(log: str) -> float | None:
+    """Seconds from a Snakemake run's start (its log's `Date:`) to the `[time]` of its first train job; None: none."""
+    started = re.search(r"^\s*Date: (\S+ \S+)$", log, re.M)
+    job = re.search(r"^\[(\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\n(?:local)?rule train(?:_transfer)?:$", log, re.M)
+    if not started or not job:
+        return None
+    start = datetime.strptime(started.group(1), "%Y-%m-%d %H:%M:%S")
+    return (datetime.strptime(" ".join(job.group(1).split()), "%a %b %d %H:%M:%S %Y") - start).total_seconds()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logs", type=Path, default=Path("logs"), help="the run's log folder (benchmark files)")
     parser.add_argument("--cores", type=int, default=2, help="cores the run had (snakemake --cores)")
     parser.add_argument("--write-one-epoch", type=Path, metavar="FILE",
                         help="write params.yaml with every trained method at one epoch to FILE, and stop")
+    parser.add_argument("--first-training", type=Path, metavar="LOG",
+                        help="print when the run of this Snakemake log started its first training job, and stop")
     args = parser.parse_args()
+    if args.first_training:
+        seconds = first_training(args.first_training.read_text())
+        print("no training job in this log" if seconds is None else
+              f"first training job started {seconds:.0f} s after the run's start")
+        return
     if args.write_one_epoch:
         args.write_one_epoch.parent.mkdir(parents=True, exist_ok=True)
         demo = yaml.safe_load(Path("params.yaml").read_text())

@@ -54,6 +54,9 @@ SetOption = typer.Option(
     help="change one parameter for this run (repeatable; dotted keys, YAML values: --set data.shots=4); "
          "checked like the params file and recorded in the outputs' provenance")
 SEED = "{seed}"  # in a path option: replaced by each seed of the job
+MethodOption = typer.Option(
+    None, "--method", help="the method the model was trained with (the engines pass it: the job's code is that "
+                           "method's module; another model's method is an error); default: the model's")
 SeedOption = typer.Option(
     None, "--seed", help=f"run seed; repeat for several. Paths holding {SEED} are run once per seed "
                          f"(default: every data.seeds when a path holds {SEED})")
@@ -125,7 +128,9 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
 
         for _, _, seed_outputs in runs:  # every seed's outputs, before the first seed's work
             check_outputs(stage.Outputs(**seed_outputs))
-        with benchmarked(log):  # under DVC: the job's time and memory, as Snakemake's benchmark: records them
+        from dear.jobs import CACHED
+
+        with benchmarked(log, itself=name in CACHED):  # under DVC: the job's time and memory, as Snakemake's benchmark: records them
             for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
                 if len(runs) > 1:
                     logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
@@ -158,20 +163,21 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
 
 def job_record(stage: str, params, inputs: dict) -> dict:
     """What every output of this run records about its job: the stage, its arguments, the values it reads
-    (resolved, key by key: dear.keys) and the sha256 of its code (dear.jobs)."""
+    (resolved, key by key: dear.keys), the sha256 of its code and each file's fingerprint (dear.jobs.code)."""
     from dear import jobs, keys
 
     shots = {"shots": inputs["shots"]} if inputs.get("shots") is not None else {}  # a few-shot run's K
     args = {"train": lambda: dict(method=inputs["method"] or params.train.method, dataset=inputs["dataset"],
                                   classes=inputs["classes"], **shots),
             "prepare": lambda: dict(dataset=inputs["dataset"]),
-            "fuse": lambda: dict(classes=inputs["classes"]),
-            "evaluate": lambda: dict(classes=inputs["classes"], **shots)}.get(stage, dict)()
+            "fuse": lambda: dict(method=inputs["method"], classes=inputs["classes"]),
+            "evaluate": lambda: dict(method=inputs["method"], classes=inputs["classes"], **shots)}.get(stage, dict)()
     try:
         reads = keys.reads(params, stage, **args)
+        code = jobs.code(stage, args.get("method") if stage in jobs.METHOD_STAGES else None, args.get("dataset"))
     except DearError:  # an argument the stage refuses in its own words (an unknown --method): no record to make
         return {}
-    return {"stage": stage, "args": args, "reads": reads, "code": jobs.code_sha256(stage)}
+    return {"stage": stage, "args": args, "reads": reads, "code": code.sha256, "code_files": code.files}
 
 
 def _import_stage(name: str):
@@ -399,6 +405,7 @@ def fuse(
     fewshot: Path = typer.Option(..., help="few-shot table whose validation shots refit alpha"),
     out: Path = typer.Option(..., help="output file fusion.json"),
     classes: str = typer.Option("base", help="base | all: the classes the model was trained on"),
+    method: Optional[str] = MethodOption,
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
     seed: Optional[List[int]] = SeedOption,
@@ -410,7 +417,8 @@ def fuse(
 
     The network stays frozen; only alpha is fitted.
     """
-    _run_stage("fuse", params, overrides, log, inputs=dict(model=model, backbone=backbone, roles=roles, fewshot=fewshot,
+    _run_stage("fuse", params, overrides, log, inputs=dict(model=model, method=method, backbone=backbone, roles=roles,
+                                                fewshot=fewshot,
                                                 manifest=fewshot.parent / "manifest.parquet", classes=_classes(classes)),
                outputs=dict(fusion=out), seeds=seed)
 
@@ -422,6 +430,7 @@ def evaluate(
     source: Path = typer.Option(..., help="prepared folder of the training dataset (data/<ds>)"),
     out: Path = typer.Option(..., help="output folder: eval.parquet and metrics.json"),
     classes: str = typer.Option("base", help="base: base-to-novel | all: the transfer protocols of study.*"),
+    method: Optional[str] = MethodOption,
     shots: Optional[int] = typer.Option(None, help="few-shot learning (with --classes all): score the model trained "
                                                    "on K shots on its own dataset's test split, all classes"),
     data: Path = typer.Option(Path("data"), help="folder of prepared datasets (transfer targets)"),
@@ -436,8 +445,9 @@ def evaluate(
 
     Correct/total counts per class for base-to-novel or the transfer protocols of study.*.
     """
-    _run_stage("evaluate", params, overrides, log, inputs=dict(model=model, fusion=fusion, backbone=backbone, roles=roles,
-                                                    source=source, classes=_classes(classes), data=data, shots=shots),
+    _run_stage("evaluate", params, overrides, log, inputs=dict(model=model, method=method, fusion=fusion, backbone=backbone,
+                                                    roles=roles, source=source, classes=_classes(classes), data=data,
+                                                    shots=shots),
                outputs=dict(folder=out), seeds=seed)
 
 
@@ -687,9 +697,10 @@ def fetch_weights(params: Path = ParamsOption) -> None:
     _configure_logging(None)
     with _one_line_errors():
         model = load_params(params).model
+        from dear.model.clip import resolve_arch
         from dear.model.weights import fetch_configured  # the network goes on for the download only
 
-        path, sha = fetch_configured(model)
+        path, sha = fetch_configured(model, resolve_arch)
     if path is None:
         typer.echo(f"model.pretrained is {model.pretrained!r}: nothing to fetch")
         return

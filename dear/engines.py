@@ -11,7 +11,10 @@
   (a refused config stops the repro before any job), one file per job of the
   resolved values it reads (each stage reads its file as a params file, so DVC
   reruns it when, and only when, one of those values changed, and `dvc status`
-  names the key), and the outputs that are out of date marked as changed.
+  names the key), one file per job's code (`.dear/code/`, beside DIR: the
+  fingerprint of the modules it runs, dear.jobs.code; the same file the
+  Snakefile reads as the job's input), and the outputs that are out of date
+  marked as changed.
 """
 
 from __future__ import annotations
@@ -78,27 +81,48 @@ def job_file(folder: Path, job: study_jobs.Job) -> Path:
     return folder / stage / f"{item or stage}.yaml"
 
 
+def code_folder(jobs_folder: Path) -> Path:
+    """Where `dear check --jobs DIR` writes the jobs' code files: DIR's sibling `code` (.dear/code beside .dear/jobs),
+    the folder the Snakefile writes them to under the same output root."""
+    return Path(jobs_folder).parent / "code"
+
+
 def run(params: Params, params_file: str, folder: Path, study: list[study_jobs.Job] | None = None) -> list[str]:
-    """`dear check --jobs`: write every job's values file under `folder`, mark out-of-date outputs; the lines to print.
+    """`dear check --jobs`: write every job's values file under `folder` and its code file beside (`code_folder`),
+    mark out-of-date outputs; the lines to print.
 
     `study`: the jobs (default: every job of the study `params` describes).
     """
     from dear import stale
-    from dear.io import write_text
 
     study = study_jobs.jobs(params) if study is None else study
     found = stale.stale_jobs(params, study)
     for job, _ in found:
         mark_changed(Path(job.folder))
-    wanted = set()
+    write_job_files(params, folder, study)
+    return [f"out of date: {line}" for _, line in found]
+
+
+def write_job_files(params: Params, folder: Path, study: list[study_jobs.Job]) -> None:
+    """Every job's values file under `folder` and its code file beside (`code_folder`), each rewritten only when it
+    changed (its time is the time of the change), and no file of a job the study no longer has.
+
+    Both engines write and read the same files: DVC's check stage (`run`) and the Snakefile while it plans; a
+    stage reads them as params files in dvc.yaml and as inputs in the Snakefile, so a job reruns when, and only
+    when, a value it reads or a module it runs changed; and they key Snakemake's between-workflow cache.
+    """
+    from dear.io import write_text
+
+    folder, wanted = Path(folder), set()
     for job in study:
         path = job_file(folder, job)
         wanted.add(path)
-        text = (f"# The values `{job.name}` reads from {params_file}, resolved (dear.keys); written by `dear check --jobs`,\n"
-                "# read by dvc.yaml as a params file.\n" + strict_yaml.dump(job_values(params, job)))
+        text = (f"# The values `{job.name}` reads, resolved (dear.keys); written by `dear check --jobs` and the Snakefile,\n"
+                "# read by both engines (dvc.yaml: a params file; the Snakefile: an input).\n"
+                + strict_yaml.dump(job_values(params, job)))
         if not path.is_file() or path.read_text() != text:  # unchanged files keep their time
             write_text(path, text)
     for old in folder.rglob("*.yaml") if folder.is_dir() else ():
         if old not in wanted:  # a job the study no longer has
             old.unlink()
-    return [f"out of date: {line}" for _, line in found]
+    study_jobs.write_code_files(code_folder(folder), study)

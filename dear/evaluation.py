@@ -102,7 +102,7 @@ def encode_images(model, images: ImageSet, transform, batch_size: int, workers: 
     key = reuse and (reuse.backbone, model.frozen_depth, tuple(images.paths), repr(transform), batch_size,
                      str(device), precision.describe())
     kept = _kept.get(key) if key else None
-    prefixes = track(kept, description, total=len(kept)) if kept is not None \
+    prefixes = track(kept, description, total=len(kept), unit="batches") if kept is not None \
         else _frozen_blocks(model, images, transform, batch_size, workers, precision, description)
     keeping = [] if key and kept is None else None  # this list's frozen output, while it fits reuse.megabytes
     room = reuse.megabytes * 2**20 - sum(_bytes(t) for ts in _kept.values() for t in ts) if reuse else 0.0
@@ -130,7 +130,7 @@ def _frozen_blocks(model, images: ImageSet, transform, batch_size: int, workers:
     device = model.device
     loader = torch.utils.data.DataLoader(_Images(images.paths, transform), batch_size=batch_size,
                                          num_workers=cpus.processes(workers), pin_memory=device.type == "cuda")
-    for pixels in track(from_workers(loader), description, total=len(loader)):
+    for pixels in track(from_workers(loader), description, total=len(loader), unit="batches"):
         with precision.autocast(training=False):
             yield model.image_prefix(pixels.to(device, non_blocking=True))
 

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -134,7 +135,7 @@ def output_folder(folder: str | os.PathLike, owns: Iterable[str]) -> Iterator[Pa
     a filesystem error becomes a one-line `DearError` naming `folder`.
     """
     folder = Path(folder)
-    if folder.is_symlink():  # a link to a folder elsewhere (scratch space): replace the folder it points to
+    if folder.is_symlink() and not in_output_cache(folder):  # a link to scratch space: replace the folder it points to
         folder = folder.resolve()
     check_output_folder(folder, owns)
     staging = None
@@ -153,8 +154,23 @@ def output_folder(folder: str | os.PathLike, owns: Iterable[str]) -> Iterator[Pa
             err.filename = str(folder) + err.filename[len(str(staging)):]  # name the file as the user will see it
         raise DearError(filesystem_message(folder, err)) from err
     finally:
-        if staging is not None and staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None and (staging.exists() or staging.is_symlink()):
+            _remove(staging)
+
+
+def in_output_cache(link: Path) -> bool:
+    """True when `link` points into Snakemake's between-workflow output cache (its entries are named by a 64-hex
+    provenance hash): an output restored from there is replaced by a rerun, never written through, as other
+    studies share the entry (docs/engines.md)."""
+    return bool(re.fullmatch(r"[0-9a-f]{64}(\..*)?", Path(os.readlink(link)).name))
+
+
+def _remove(path: Path) -> None:
+    """Remove a tree, or only the link where `path` is one."""
+    if path.is_symlink():
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -181,7 +197,7 @@ def _swap_into_place(staging: Path, target: Path) -> None:
         os.rename(old, staging)  # the caller removes `staging`: now the old tree
     _fsync_dir(target.parent)
     FAULTS.point()
-    shutil.rmtree(staging, ignore_errors=True)
+    _remove(staging)
 
 
 _RENAME_EXCHANGE, _AT_FDCWD = 2, -100

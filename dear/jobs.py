@@ -12,31 +12,19 @@ engines' graphs.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from dear import codegraph
 from dear.params import Params, world_needed
 
-# The package files each stage runs (relative to the package); folders stand for every file below them.
-# The Snakefile's `code()` lists and dvc.yaml's deps are these (tests/test_engines.py checks dvc.yaml).
-CORE = ("cli.py", "params.py", "strict_yaml.py", "io.py", "errors.py", "progress.py")
-MODEL = (*CORE, "model", "methods", "data/manifest.py", "resources")
-EVAL = (*MODEL, "evaluation.py", "results.py", "train")
-CODE = {
-    "world": (*CORE, "stages/world.py", "data"),
-    "backbone": (*MODEL, "stages/backbone.py", "data"),
-    "prepare": (*CORE, "stages/prepare.py", "data"),
-    "profile": (*MODEL, "stages/profile.py", "report", "data"),
-    "train": (*MODEL, "stages/train.py", "train"),
-    "fuse": (*EVAL, "stages/fuse.py"),
-    "evaluate": (*EVAL, "stages/evaluate.py"),
-    "predict": (*EVAL, "stages/predict.py"),  # by hand, in no study's graph
-    "report": (*CORE, "stages/report.py", "report", "results.py", "model/ablation.py"),
-}
-PACKAGE = Path(__file__).resolve().parent
+METHOD_STAGES = ("train", "fuse", "evaluate")  # stages whose job runs one method's module
+# stages whose outputs one machine keeps for every study (Snakemake's `cache: True`, DVC's run-cache): their code
+# also counts the versions of what computes them, so an upgraded torch draws and trains them anew
+CACHED = ("world", "backbone")
+LIBRARIES = ("torch", "torchvision", "open_clip_torch", "numpy", "pillow")
 
 
 @dataclass(frozen=True)
@@ -46,6 +34,8 @@ class Job:
     args: dict = field(default_factory=dict)  # what the command is given besides paths (method, dataset, classes)
     folder: str = ""  # its output folder (DVC's out; its digests are dear/digest.py's)
     records: tuple[tuple[int | None, str], ...] = ()  # (seed, an output file that records what made it)
+    method: str | None = None  # the method whose module it runs (train, fuse, evaluate)
+    dataset: str | None = None  # the dataset it reads (prepare, train, fuse, evaluate)
 
 
 def jobs(params: Params) -> list[Job]:
@@ -60,7 +50,8 @@ def jobs(params: Params) -> list[Job]:
         found.append(Job(f"prepare@{name}", "prepare", {"dataset": name}, folder,
                          ((None, f"{folder}/manifest.parquet"),
                           *((seed, f"{folder}/fewshot-seed{seed}.parquet") for seed in seeds),
-                          *((seed, f"{folder}/fewshot-shots{k}-seed{seed}.parquet") for k in counts for seed in seeds))))
+                          *((seed, f"{folder}/fewshot-shots{k}-seed{seed}.parquet") for k in counts for seed in seeds)),
+                         dataset=name))
     roles = f"{r}roles/{params.profile.dataset}"
     found.append(Job("profile", "profile", {}, roles, ((None, f"{roles}/roles.parquet"),)))
     runs = [(f"@{method}-{dataset}", f"{r}runs/{method}/{dataset}", method, dataset, "base")
@@ -76,9 +67,9 @@ def jobs(params: Params) -> list[Job]:
             name = stage + suffix
             shots = {"shots": few[0]} if few and stage != "fuse" else {}  # few-shot runs: K (fuse needs none)
             args = {"method": method, "dataset": dataset, "classes": classes, **shots} if stage == "train" else \
-                {"classes": classes, **shots}
+                {"method": method, "classes": classes, **shots}
             found.append(Job(name, stage, args, f"{where}/{folder}",
-                             tuple((seed, f"{where}/{folder}/seed{seed}/{file}") for seed in seeds)))
+                             tuple((seed, f"{where}/{folder}/seed{seed}/{file}") for seed in seeds), method, dataset))
     found.append(Job("report", "report", {}, f"{r}report", ((None, f"{r}report/provenance.json"),)))
     return found
 
@@ -88,20 +79,103 @@ def find(params: Params, name: str) -> Job | None:
     return next((job for job in jobs(params) if job.name == name), None)
 
 
-def code_files(stage: str) -> list[str]:
-    """The package files `stage` runs, relative to the package, folders expanded."""
-    files = []
-    for entry in CODE[stage]:
-        path = PACKAGE / entry
-        files += sorted(str(found.relative_to(PACKAGE)) for found in path.rglob("*")
-                        if found.is_file() and "__pycache__" not in found.parts) if path.is_dir() else [entry]
-    return files
+# --- the code a job runs (dear/codegraph.py) --------------------------------------------
+
+@dataclass(frozen=True)
+class Code:
+    """The code of a job: every package file it runs, with its fingerprint, and one sha256 over them."""
+
+    name: str  # train-maple: what the code file is called (.dear/code/<name>.yaml)
+    files: dict  # {package file, or `file:REGISTRY[name]` for one registry entry: its fingerprint}
+
+    @property
+    def sha256(self) -> str:
+        return codegraph.fingerprint(self.files)
 
 
 @lru_cache(maxsize=None)
-def code_sha256(stage: str) -> str:
-    """sha256 over the files `stage` runs (names and contents): recorded in every output of the stage."""
-    digest = hashlib.sha256()
-    for name in code_files(stage):
-        digest.update(f"{name}\0{hashlib.sha256((PACKAGE / name).read_bytes()).hexdigest()}\n".encode())
-    return digest.hexdigest()
+def code(stage: str, method: str | None = None, dataset: str | None = None) -> Code:
+    """The code `dear <stage>` runs (with `--method`, `--dataset` where it takes them).
+
+    The import closure of `dear.stages.<stage>` and of the method's module
+    (`dear.methods.REGISTRY`), the resources they name, the method's recipe
+    files, and of each registry in the closure the one entry the job picks.
+    The `dear` command around the stage (dear/cli.py parsing, dear/check.py
+    refusing bad values) decides whether a job runs, never what it writes,
+    and is not counted: a new check or a reworded help changes no job's code.
+    The name carries the method and dataset only where an entry of theirs
+    counts (train-maple, prepare-world_objects, world).
+    """
+    from dear import methods
+
+    entry = methods.entry(method) if method else None
+    modules = codegraph.closure([f"dear.stages.{stage}", *([f"dear.methods.{entry.module}"] if entry else [])])
+    files = codegraph.fingerprints([codegraph.relative_file(m) for m in modules] + codegraph.resources(modules))
+    if entry:
+        from dear.methods.recipe import recipe_files
+
+        files.update(codegraph.fingerprints([name.removeprefix("dear/") for name in recipe_files(entry.recipe)]))
+    if stage in CACHED:
+        files.update(_versions())
+    names = []
+    for module, pick in (("dear.methods", method), ("dear.data.coop", dataset)):
+        if pick and module in modules:
+            entries = codegraph.registry_entries(module)
+            files[f"{codegraph.relative_file(module)}:{codegraph.REGISTRIES[module]}[{pick}]"] = entries.get(pick, "")
+            names.append(pick)
+    return Code("-".join([stage, *names]), {(name if name.startswith("versions/") else f"dear/{name}"): value
+                                            for name, value in sorted(files.items())})
+
+
+def _versions() -> dict[str, str]:
+    """{"versions/<library>": its version} of Python and LIBRARIES (read without importing them)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return {"versions/python": platform.python_version(), **{f"versions/{name}": of(name) for name in LIBRARIES}}
+
+
+def job_code(job: Job) -> Code:
+    return code(job.stage, job.method if job.stage in METHOD_STAGES else None, job.dataset)
+
+
+def code_sha256(stage: str, method: str | None = None, dataset: str | None = None) -> str:
+    """sha256 of the code `dear <stage>` runs: recorded in every output of the job, compared by dear.stale."""
+    return code(stage, method if stage in METHOD_STAGES else None, dataset).sha256
+
+
+def code_file(folder: str | Path, job: Job) -> Path:
+    """<folder>/<code name>.yaml: the job's code as both engines read it (.dear/code/train-maple.yaml)."""
+    return Path(folder) / f"{job_code(job).name}.yaml"
+
+
+def write_code_files(folder: str | Path, study: list[Job]) -> list[Path]:
+    """Write the code file of every job of `study` under `folder`, each only when its content changed.
+
+    A file holds the job's code sha256 and each file's fingerprint. Unchanged files keep their time, so
+    Snakemake (an input newer than the outputs) and DVC (a params file's values) rerun a job exactly when
+    its code changed.
+    """
+    from dear.io import write_text
+    from dear.strict_yaml import dump
+
+    written = {}
+    for job in study:
+        found = job_code(job)
+        path = Path(folder) / f"{found.name}.yaml"
+        if path in written:
+            continue
+        text = (f"# The code `{found.name}` runs (dear.jobs.code): the sha256 over every package file it runs, and each\n"
+                "# file's fingerprint (its syntax tree without docstrings). Rewritten only when it changes; the input\n"
+                "# of its jobs in both engines (the Snakefile, dvc.yaml).\n"
+                + dump({"sha256": found.sha256, "files": found.files}))
+        if not path.is_file() or path.read_text() != text:
+            write_text(path, text)
+        written[path] = True
+    return list(written)

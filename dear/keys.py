@@ -8,7 +8,7 @@ method's recipe took from the config (`dear.methods.recipe.resolve(...).keys_rea
 `train.recipes.all.*`, `train.recipes.<recipe>.*`, their `datasets.<dataset>` and
 `transfer` blocks), so raising `train.recipes.mmrl.lr` reruns `mmrl` and nothing
 else; the recipes' own defaults are package files, covered by the stage's code
-hash (`dear.jobs.CODE`).
+hash (`dear.jobs.code`).
 
 Left out on purpose, as they never change an output: workers, checkpoint spacing
 (`train.checkpoint_every`), the default method of `dear train` (`train.method`),

@@ -23,6 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from dear import strict_yaml
 from dear.errors import DearError
+from dear.methods import REGISTRY
+from dear.methods.recipe import problems as recipe_problems
+from dear.methods.recipe import resolve
 
 DEFAULT_PATH = "params.yaml"
 _in_use = [DEFAULT_PATH]  # the params file of this process's stage: what its messages ask to edit
@@ -260,14 +263,10 @@ class Train(Section):
     def recipe(self, method: str, dataset: str, protocol: str, shots: int | None = None):
         """The resolved recipe (`dear.methods.recipe.Recipe`) of one run: what the trainer and the model read
         (`shots`: the few_shot protocol's K)."""
-        from dear.methods.recipe import resolve
-
         return resolve(self.recipes, method, dataset, protocol, shots, self._templates.get(dataset))
 
 
 def _registered_method(name: str) -> str:
-    from dear.methods import REGISTRY
-
     if name not in REGISTRY:
         raise ValueError(f"unknown method {name!r}; use one of {', '.join(REGISTRY)}")
     return name
@@ -485,9 +484,7 @@ class Params(Section):
     @model_validator(mode="after")
     def _recipes(self) -> "Params":
         """train.recipes changes only keys the recipes have, with values of their types."""
-        from dear.methods.recipe import problems
-
-        found = problems(self.train.recipes)
+        found = recipe_problems(self.train.recipes)
         if found:
             raise ValueError(found[0])
         return self

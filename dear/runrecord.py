@@ -39,15 +39,18 @@ def benchmark_path(log: Path) -> Path:
 
 
 @contextlib.contextmanager
-def benchmarked(log: Path | None) -> Iterator[None]:
+def benchmarked(log: Path | None, itself: bool = False) -> Iterator[None]:
     """Under DVC (DVC_STAGE set), record this command as Snakemake's `benchmark:` would, beside `log`.
+
+    `itself`: record it whatever runs it: the rules Snakemake's output cache keeps (world, backbone) may
+    have no `benchmark:` (a restored output has no time to report).
 
     Snakemake writes the file itself around its jobs; DVC records no time or
     memory, so the command records itself with the same code and format
     (snakemake.benchmark: wall time, the process tree's peak RSS, CPU time).
     Written after success only, as Snakemake does.
     """
-    if log is None or "DVC_STAGE" not in os.environ:
+    if log is None or ("DVC_STAGE" not in os.environ and not itself):
         yield
         return
     from snakemake.benchmark import benchmarked as measure

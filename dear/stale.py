@@ -42,8 +42,9 @@ def recorded(path: Path) -> dict | None:
 
 def out_of_date(params: Params, job: Job, hashes: dict | None = None) -> str | None:
     """One line saying why the existing outputs of `job` differ from what the config would make, or None."""
+    code = study_jobs.job_code(job)
     expected = {"stage": job.stage, "args": job.args, "reads": keys.reads(params, job.stage, **job.args),
-                "code": study_jobs.code_sha256(job.stage)}
+                "code": code.sha256, "code_files": code.files}
     hashes = {} if hashes is None else hashes
     reasons: list[str] = []
     for seed, file in job.records:
@@ -74,7 +75,7 @@ def _differences(record: dict | None, expected: dict, seed: int | None, hashes: 
         if old.get(key, _UNSET) != new.get(key, _UNSET):
             found.append(f"{key} {_show(old, key)} -> {_show(new, key)}")
     if made.get("code") != expected["code"]:
-        found.append(f"the code of `dear {expected['stage']}` changed")
+        found.append(f"the code of `dear {expected['stage']}` changed{_changed_files(made.get('code_files'), expected)}")
     for name, path in record.get("inputs", {}).items():
         sha = record.get("inputs_sha256", {}).get(name, "")
         if not sha.startswith("dir:") and Path(path).is_file() and _sha(Path(path), hashes) != sha:
@@ -83,6 +84,16 @@ def _differences(record: dict | None, expected: dict, seed: int | None, hashes: 
 
 
 _UNSET = object()
+
+
+def _changed_files(old: dict | None, expected: dict) -> str:
+    """': dear/methods/maple.py' (the files whose fingerprint differs, added or gone; SHOWN of them), or ''."""
+    new = expected["code_files"]
+    if not isinstance(old, dict):
+        return ""
+    changed = [name for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+    more = f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else ""
+    return f": {', '.join(changed[:SHOWN])}{more}" if changed else ""
 
 
 def _show(values: dict, key: str) -> str:

@@ -95,8 +95,11 @@ def dvc_graph(project: Path, dvcfile: str = "dvc.yaml") -> dict[str, Step]:
 
 
 def _digested(path: str) -> str | None:
-    """What a dependency stands for: a digest -> its folder or file; a config file -> None; else itself."""
+    """What a dependency stands for: a digest -> its folder or file; a job's code or values file -> itself; a config
+    file -> None; else itself."""
     parts = Path(path).parts
+    if ".dear" in parts and parts[parts.index(".dear") + 1] in ("code", "jobs"):  # a job's code or values file:
+        return path  # an input in both engines
     if ".digest" in parts:
         index = parts.index(".digest")
         folder = Path(*parts[:index])

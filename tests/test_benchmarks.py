@@ -95,3 +95,14 @@ def test_the_one_epoch_demo_is_the_demo_with_every_training_job_at_one_epoch():
     for raw in (demo, one):
         raw.pop("output_root"), raw["data"].pop("root"), raw["train"].pop("recipes")
     assert one == demo
+
+
+def test_the_demo_time_tells_when_the_first_training_job_started():
+    """From a Snakemake log: its Date: header to the first train job's [time] line (the cached world and backbone's
+    gain, docs/engines.md)."""
+    log = ("  Date: 2026-12-05 02:32:30\n  Workflow ID: x\n[Sat Dec  5 02:32:41 2026]\nlocalrule world:\n"
+           "[Sat Dec  5 02:33:12 2026]\nlocalrule backbone:\n[Sat Dec  5 02:33:20 2026]\nrule prepare:\n"
+           "[Sat Dec  5 02:33:25 2026]\nlocalrule train:\n    input: x\n")
+    assert _script("demo_time").first_training(log) == 55.0
+    assert _script("demo_time").first_training(log.replace("localrule train:", "rule report:")) is None
+

@@ -36,10 +36,20 @@ def test_both_engines_declare_the_same_commands_deps_and_outs(project):
 
 
 def test_every_stage_depends_on_the_code_it_runs(project):
+    """One code file per job, no source file: it lists the stage's module (and the method's) among the files it runs."""
+    snakemake_graph(project)  # the Snakefile writes the code files, as DVC's check stage does
     for command, step in dvc_graph(project).items():
-        stage = command.split()[1]
-        assert f"dear/stages/{stage}.py" in step.deps, f"{stage} does not list its own module"
-        assert "dear/cli.py" in step.deps
+        stage, words = command.split()[1], command.split()
+        code = [dep for dep in step.deps if dep.startswith(".dear/code/")]
+        assert len(code) == 1 and not any(dep.startswith("dear/") for dep in step.deps), (command, step.deps)
+        files = yaml.safe_load((project / code[0]).read_text())["files"]
+        assert f"dear/stages/{stage}.py" in files, f"{stage} does not list its own module"
+        if "--method" in words:
+            method = words[words.index("--method") + 1]
+            assert code[0] == f".dear/code/{stage}-{method}.yaml"
+            assert f"dear/methods/{method.removesuffix('_nomask')}.py" in files
+            others = {"maple", "cocoop", "promptsrc", "mmrl"} - {method} - ({"mmrl"} if "dear" in method else set())
+            assert not {f"dear/methods/{other}.py" for other in others} & set(files), "another method's module"
 
 
 def test_another_config_runs_under_its_own_root_with_its_own_values_in_both_engines(project):

@@ -100,7 +100,7 @@ def test_protocols_that_are_off_and_an_unread_world_make_no_job(params):
 def made(path: Path, params: Params, job: study_jobs.Job, seed=None, inputs=None, **job_record) -> None:
     """An output of `job` carrying the provenance a dear command writes (its job record, changed as asked)."""
     record = {"stage": job.stage, "args": job.args, "reads": reads(params, job.stage, **job.args),
-              "code": study_jobs.code_sha256(job.stage), **job_record}
+              "code": study_jobs.job_code(job).sha256, "code_files": study_jobs.job_code(job).files, **job_record}
     record_job(record)
     try:
         made_by = provenance({}, inputs, seed)
@@ -115,7 +115,8 @@ def made(path: Path, params: Params, job: study_jobs.Job, seed=None, inputs=None
 def train_job(params: Params, tmp_path: Path) -> study_jobs.Job:
     job = study_jobs.find(params, "train@mmrl-world_objects")
     return study_jobs.Job(job.name, job.stage, job.args, str(tmp_path / "train"),
-                          tuple((seed, str(tmp_path / f"train/seed{seed}/train_log.parquet")) for seed, _ in job.records))
+                          tuple((seed, str(tmp_path / f"train/seed{seed}/train_log.parquet")) for seed, _ in job.records),
+                          job.method, job.dataset)
 
 
 def test_an_output_made_as_the_config_says_is_up_to_date_and_a_missing_one_is_not_judged(params, tmp_path):
@@ -144,7 +145,10 @@ def test_a_changed_value_is_named_with_what_it_was_and_what_it_is(params, tmp_pa
     ("another method", {"args": {"method": "coop", "dataset": "world_objects", "classes": "base"}},
      "made by `dear train` with --classes base --dataset world_objects --method coop, this job is --classes base "
      "--dataset world_objects --method mmrl"),
-    ("other code", {"code": "0" * 64}, "the code of `dear train` changed"),
+    ("other code", {"code": "0" * 64, "code_files": None}, "the code of `dear train` changed"),
+    ("a module changed", {"code": "0" * 64, "code_files": {**study_jobs.code("train", "mmrl").files,
+                                                           "dear/methods/mmrl.py": "0" * 64}},
+     "the code of `dear train` changed: dear/methods/mmrl.py"),
 ])
 def test_a_foreign_output_is_out_of_date(params, tmp_path, why, record, line):
     job = train_job(params, tmp_path)

@@ -9,6 +9,7 @@ rerun (docs/engines.md), and planning another config leaves the tree alone.
 import json
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from tests import tiny_study
-from tests.engines import BIN, ROOT, make_project, run
+from tests.engines import BIN, ROOT, engine_env, make_project, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]
 
@@ -46,7 +47,8 @@ def mini_study() -> str:
     raw = tiny_study.params()
     raw["data"]["seeds"] = [1]
     raw["data"]["datasets"] = ["world_objects", "world_objects_b", "world_objects_sketch"]
-    raw["study"]["methods"] = ["zeroshot", "dear"]
+    raw["study"]["methods"] = ["zeroshot", "dear", "maple"]
+    raw["train"]["recipes"].setdefault("maple", {})["prompt_depth"] = 2  # the tiny towers' 2 layers
     raw["study"]["base_to_novel"] = ["world_objects"]
     return yaml.safe_dump(raw, sort_keys=False)
 
@@ -171,9 +173,9 @@ def test_validate_profile_shows_where_each_concept_enters_the_embedding(snakemak
 
 DOWNSTREAM_OF_BACKBONE = {"backbone", "profile", "report",
                           *(f"{stage}@{method}-world_objects" for stage in ("train", "fuse", "evaluate")
-                            for method in ("zeroshot", "dear")),
+                            for method in ("zeroshot", "dear", "maple")),
                           *(f"{stage}_transfer@{method}" for stage in ("train", "fuse", "evaluate")
-                            for method in ("zeroshot", "dear"))}
+                            for method in ("zeroshot", "dear", "maple"))}
 READERS_OF_DEAR_LR = {"train@dear-world_objects", "fuse@dear-world_objects", "evaluate@dear-world_objects",
                       "train_transfer@dear", "fuse_transfer@dear", "evaluate_transfer@dear", "report"}
 
@@ -260,6 +262,156 @@ def test_dvc_reruns_a_foreign_output_it_was_told_to_accept(snakemake_project, tm
     check = run([str(BIN / "dvc"), "repro", "check"], tree)
     assert out_of_date(check.stdout + check.stderr)[0] == "backbone: backbone.steps 20 -> 60"
     assert dvc_ran(run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout) == DOWNSTREAM_OF_BACKBONE | {"check"}
+
+
+# --- the grain of code provenance: a job reruns when the modules it runs change, and only then ----------
+
+EVERY_JOB = DOWNSTREAM_OF_BACKBONE | {"world", *(f"prepare@{name}" for name in
+                                                ("world_objects", "world_objects_b", "world_objects_sketch"))}
+TRAINED = {job for job in DOWNSTREAM_OF_BACKBONE if job.split("@")[0] in
+           ("train", "fuse", "evaluate", "train_transfer", "fuse_transfer", "evaluate_transfer")} | {"report"}
+MAPLE = {"train@maple-world_objects", "fuse@maple-world_objects", "evaluate@maple-world_objects",
+         "train_transfer@maple", "fuse_transfer@maple", "evaluate_transfer@maple", "report"}
+
+
+def replace(tree: Path, module: str, old: str, new: str) -> None:
+    """Edit the tree's copy of the package (the real tree is never touched)."""
+    path = tree / "dear" / module
+    text = path.read_text()
+    assert old in text, f"{module}: {old!r} not found"
+    path.write_text(text.replace(old, new, 1))
+
+
+def add_a_method_and_a_dataset(tree: Path) -> None:
+    methods = tree / "dear/methods"
+    (methods / "newmethod.py").write_text((methods / "kgcoop.py").read_text().replace('"kgcoop"', '"newmethod"'))
+    (methods / "recipes/newmethod.yaml").write_text((methods / "recipes/kgcoop.yaml").read_text())
+    replace(tree, "methods/__init__.py", "REGISTRY: dict[str, Entry] = {\n",
+            'REGISTRY: dict[str, Entry] = {\n    "newmethod": Entry("newmethod", "newmethod", "a new method"),\n')
+    replace(tree, "data/coop.py", "SPECS: dict[str, DatasetSpec] = {\n",
+            'SPECS: dict[str, DatasetSpec] = {\n    "new_dataset": _json("new", "images", "split_new.json", "new", 10),\n')
+
+
+def edit_comments_docstrings_and_help(tree: Path) -> None:
+    for module in ("train/trainer.py", "methods/maple.py", "stages/world.py", "data/coop.py", "io.py"):
+        path = tree / "dear" / module
+        text = path.read_text()
+        body = text.split('"""', 2)  # the module's docstring, then a comment on every def
+        path.write_text(f'{body[0]}"""A docstring said otherwise.\n\n{body[1]}"""{body[2]}'.replace(
+            "\ndef ", "\n# a comment\ndef "))
+    replace(tree, "stages/world.py", "def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:\n",
+            'def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:\n    """A new docstring."""\n')
+    replace(tree, "params.py", 'description="L-BFGS iterations', 'description="the L-BFGS iterations')
+
+
+MAPLE_LINE = "train@maple-world_objects: the code of `dear train` changed: dear/methods/maple.py"
+TRAINER_LINE = "train@zeroshot-world_objects: the code of `dear train` changed: dear/train/trainer.py"
+WORLD_LINE = "world: the code of `dear world` changed: dear/stages/world.py"
+GRAIN = {  # what changes: (the edit, the jobs both engines rerun, a line Snakemake's plan prints)
+    # (DVC's dry run leaves out the report where no job it reads is itself out of date: it reads runs/ and
+    # transfer/ whole, which change once the jobs before it rerun; a real `dvc repro` reruns it then)
+    "a new method module and a new dataset entry": (add_a_method_and_a_dataset, set(), None),
+    "comments, docstrings and help texts": (edit_comments_docstrings_and_help, set(), None),
+    "one line of MaPLe's model": (lambda tree: replace(tree, "methods/maple.py", "return 0  # the coupled",
+                                                       "return int(0)  # the coupled"), MAPLE, MAPLE_LINE),
+    "one line of the trainer": (lambda tree: replace(tree, "train/trainer.py", "return 1.0 if fade_steps == 0",
+                                                     "return float(1.0) if fade_steps == 0"), TRAINED, TRAINER_LINE),
+    "one line of the world stage": (lambda tree: replace(tree, "stages/world.py", "world_data.check(world)\n",
+                                                         "world_data.check(world)\n    world = world\n"), EVERY_JOB,
+                                    WORLD_LINE),
+}
+
+
+def planned_with(tree: Path, command: list[str]) -> str:
+    """`command` run in `tree` with the tree's own copy of the package first on the path (its code is planned)."""
+    result = subprocess.run(command, cwd=tree, env=dict(engine_env(), PYTHONPATH=str(tree)), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("change", list(GRAIN))
+def test_a_code_change_reruns_exactly_the_jobs_that_run_it_in_both_engines(snakemake_project, tmp_path, change):
+    """Both engines read the same code files (.dear/code/): a change replans the jobs whose modules it touched
+    (and what reads their outputs), and a change no job runs replans nothing."""
+    edit, expected, line = GRAIN[change]
+    tree = handed_to_dvc(snakemake_project, tmp_path / "tree")
+    edit(tree)
+    plan = planned_with(tree, [str(BIN / "snakemake"), "-n", "--cores", "1"])
+    assert snakemake_planned(plan) == expected, plan[-3000:]
+    assert line in out_of_date(plan) if line else "Nothing to be done" in plan, plan[-3000:]
+    planned_with(tree, [str(BIN / "dvc"), "repro", "check"])  # writes the code files DVC reads, as `dvc repro` does
+    dry = planned_with(tree, [str(BIN / "dvc"), "repro", "--dry"])
+    assert dvc_ran(dry) == (expected - {"report"} if line == WORLD_LINE else expected) | {"check"}, dry[-3000:]
+
+
+RECORDER = """
+import json, sys
+from pathlib import Path
+
+import dear.cli as cli
+
+package, ran, out = str(Path(cli.__file__).parent), set(), Path(sys.argv[1])
+
+
+def record(frame, event, arg):
+    if event == "call" and frame.f_code.co_filename.startswith(package):
+        ran.add(frame.f_code.co_filename[len(package) - 4:])
+
+
+def watched(call):
+    def inner(*args, **kwargs):
+        sys.setprofile(record)
+        try:
+            return call(*args, **kwargs)
+        finally:
+            sys.setprofile(None)
+            out.write_text(json.dumps(sorted(ran)))
+    return inner
+
+
+def import_stage(name, original=cli._import_stage):
+    stage = watched(original)(name)
+    stage.run = watched(stage.run)
+    return stage
+
+
+cli._import_stage = import_stage
+sys.argv = ["dear", *sys.argv[2:]]
+cli.main()
+"""
+WATCHED = {"world": "world", "backbone": "backbone", "prepare": "prepare@world_objects", "profile": "profile",
+           "train": "train@maple-world_objects", "fuse": "fuse@maple-world_objects",
+           "evaluate": "evaluate@maple-world_objects", "report": "report"}
+
+
+def test_every_module_a_stage_runs_is_in_its_code(snakemake_project, tmp_path):
+    """Each stage run for real, profiled from its import to the end of its `run`: every package file whose code
+    ran is in the job's code (dear.jobs.code), but the params schema, whose values each output records."""
+    from dear import codegraph, jobs
+    from dear.params import load_params
+
+    tree = tmp_path / "tree"
+    shutil.copytree(snakemake_project, tree, symlinks=True)
+    (tree / "recorder.py").write_text(RECORDER)
+    study = {job.name: job for job in jobs.jobs(load_params(tree / "params.yaml"))}
+    commands = {}
+    for block in run([str(BIN / "snakemake"), "-n", "-p", "-F", "--cores", "1"], tree).stdout.split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0].strip()
+        found = re.search(r"wildcards: (.*)", block)
+        items = dict(item.split("=", 1) for item in found.group(1).split(", ")) if found else {}
+        name = rule + (f"@{'-'.join(items[key] for key in ('method', 'dataset') if key in items)}" if items else "")
+        shell = re.search(r"Shell command: (dear \w+ .*)", block)
+        if name in WATCHED.values() and shell:
+            commands[name] = shell.group(1).split()
+    values = {f"dear/{module.replace('.', '/')}.py" for module in codegraph.VALUES}
+    for stage, name in WATCHED.items():
+        record = tmp_path / f"{stage}.json"
+        run([sys.executable, "recorder.py", str(record), *commands[name][1:]], tree, timeout=600)
+        ran = set(json.loads(record.read_text()))
+        assert f"dear/stages/{stage}.py" in ran, (stage, sorted(ran))
+        missing = ran - set(jobs.job_code(study[name]).files) - values
+        assert not missing, f"{name} ran {sorted(missing)}, which its code (dear.jobs.code) does not list"
 
 
 # --- experiments that compare -------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from dear.errors import DearError
+from dear.methods import REGISTRY, entry
 
 FOLDER = Path(__file__).with_name("recipes")
 PROTOCOLS = ("base_to_novel", "transfer", "few_shot")  # base classes | the transfer source | K shots, all classes
@@ -297,8 +298,6 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int 
     prompt a dataset of one's own declares (`data.custom.<dataset>.template`): it replaces the recipe's own
     template, and any `train.recipes` key still overrides it.
     """
-    from dear.methods import entry
-
     if protocol not in PROTOCOLS:
         raise DearError(f"protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
     if (protocol == "few_shot") != (shots is not None):
@@ -370,8 +369,6 @@ def _override_blocks(recipes: dict, name: str, dataset: str, protocol: str, shot
 
 def problems(recipes: Any) -> list[str]:
     """Every problem of a config's `train.recipes` mapping, one line each naming the dotted key."""
-    from dear.methods import REGISTRY
-
     if recipes is None:
         return []
     if not isinstance(recipes, dict):

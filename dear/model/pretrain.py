@@ -17,7 +17,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from dear.data import world as world_data
 from dear.model import internals
 from dear.model.clip import normalizer
-from dear.progress import track
+from dear.progress import Pace, track
+from dear.transforms import INTERPOLATION, cpu_seeded, derived_seed
 
 log = logging.getLogger("dear.pretrain")
 MAX_LOGIT_SCALE = math.log(100.0)
@@ -54,6 +55,7 @@ def _train(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tup
     model.train()
     history, running = [], 0.0
     augment = augmentation(backbone.augmentation, world.image_size)
+    pace = Pace(backbone.steps)
     for step in track(range(backbone.steps), "pretraining"):
         images, captions = world_data.corpus_batch(world, backbone, step, excluded)
         pixels = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0                # [B, 3, H, W]
@@ -66,7 +68,7 @@ def _train(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tup
         if (step + 1) % log_every == 0 or step + 1 == backbone.steps:
             count = (step % log_every) + 1
             history.append({"step": step + 1, "loss": running / count, "lr": schedule(step)})
-            log.info("step %d loss %.4f", step + 1, running / count)
+            log.info("pretraining: loss %.4f at %s", running / count, pace.line(step + 1))
             running = 0.0
     model.eval()
     return history
@@ -75,8 +77,6 @@ def _train(model: torch.nn.Module, tokenizer, world, backbone, excluded: set[tup
 def augmentation(aug, size: int):
     """The corpus images' random resized crop and flip (None when both are off)."""
     from torchvision import transforms as T
-
-    from dear.train.data import INTERPOLATION
 
     if tuple(aug.crop_scale) == (1.0, 1.0) and aug.flip_prob == 0.0:
         return None
@@ -88,8 +88,6 @@ def augmented(pixels: torch.Tensor, augment, seed: int, step: int) -> torch.Tens
     """Each image of a corpus batch [B, 3, H, W] (0..1) cropped and flipped on its own, seeded by (seed, step)."""
     if augment is None:
         return pixels
-    from dear.train.data import cpu_seeded, derived_seed
-
     with cpu_seeded(derived_seed(seed, step)):
         return torch.stack([augment(image) for image in pixels]).clamp_(0.0, 1.0)
 

@@ -41,7 +41,7 @@ def world_zero_shot(model, tokenizer, preprocess, world: Path, world_card: dict,
         paths = [world / name / "images" / impath for impath, _, _ in items]
         chunks = []
         for pixels in track(pixel_batches(paths, preprocess, batch_size), f"sanity {name}",
-                            total=-(-len(paths) // batch_size)):
+                            total=-(-len(paths) // batch_size), unit="batches"):
             with devices.autocast(device, precision):
                 chunks.append(model.encode_image(pixels.to(device)).float())          # [B, D]
         logits = classifier.logits_of(F.normalize(torch.cat(chunks), dim=-1)).cpu()  # [N, C]

@@ -18,6 +18,8 @@ import torch
 
 from dear.errors import DearError
 from dear.io import load_torch, read_parquet, sha256_file, write_bytes
+from dear.methods import create
+from dear.methods.recipe import Recipe
 from dear.model import internals as oc
 from dear.model.masks import HeadRole, roles_from_rows
 
@@ -81,16 +83,17 @@ def read_trained(path: Path) -> dict:
     return {**json.loads(payload["meta"]), "state": payload["state"]}
 
 
-def load_trained(model_pt: Path, backbone, roles_path: Path | None = None, params=None):
+def load_trained(model_pt: Path, backbone, roles_path: Path | None = None, params=None, method: str | None = None):
     """Rebuild the model of a `dear train` run on `backbone` (eval mode, CPU).
 
     `roles_path` is needed by the `dear` method only; when `params` is given,
-    its recipe for this run must still be the one the model was trained with.
+    its recipe for this run must still be the one the model was trained with;
+    when `method` is given (the job's --method), the model must be of that method.
     """
-    from dear.methods import create
-    from dear.methods.recipe import Recipe
-
     payload = read_trained(Path(model_pt))
+    if method is not None and payload["method"] != method:
+        raise DearError(f"{model_pt}: a model of method {payload['method']}, not --method {method}; pass the model.pt "
+                        f"of a {method} run, or --method {payload['method']}")
     recipe = Recipe.from_dict(payload["recipe"])
     sha = backbone_sha256(backbone)
     if payload["backbone_sha256"] != sha:

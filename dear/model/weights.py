@@ -142,10 +142,12 @@ def unreachable(url: str, timeout: float = 5.0) -> str | None:
     return None
 
 
-def fetch_configured(model) -> tuple[Path | None, str | None]:
-    """(file, sha256) of the `model` section's tag after fetching it; (None, None) when there is nothing to fetch."""
+def fetch_configured(model, resolve_arch) -> tuple[Path | None, str | None]:
+    """(file, sha256) of the `model` section's tag after fetching it; (None, None) when there is nothing to fetch.
+
+    `resolve_arch`: model.arch -> its open_clip name (`dear.model.clip.resolve_arch`, passed in: the loader
+    imports this module, not the other way round)."""
     from dear.io import sha256_file
-    from dear.model.clip import resolve_arch
 
     if model.pretrained == EMBEDDED or is_weights_path(model.pretrained):
         return None, None

@@ -59,6 +59,7 @@ class Inputs:
     source: Path  # data/<source>: the dataset the model was trained on
     classes: str  # base: base-to-novel | all: cross-dataset / domain generalization
     data: Path  # folder of prepared datasets: transfer targets are data/<target> (study.* in params)
+    method: str | None = None  # the method the model must be of (None: any)
     shots: int | None = None  # few-shot learning: the model's K; its own test split, all classes (few_shot_<K>)
 
 
@@ -84,7 +85,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     alpha = _alpha(inputs.fusion)
     targets = _targets(params, inputs)  # checks every input before the model is built
     backbone = load_backbone(inputs.backbone)
-    model, precision = evaluation.prepared(load_trained(inputs.model, backbone, inputs.roles, params), params.compute)
+    model, precision = evaluation.prepared(load_trained(inputs.model, backbone, inputs.roles, params, inputs.method),
+                                           params.compute)
     transform = evaluation.eval_transform(model)
     sha = backbone.card.get("sha256")  # the next seed's model shares these weights: its frozen blocks are reused
     reuse = evaluation.Reuse(sha, params.evaluate.reuse_mb) if sha else None

@@ -37,6 +37,7 @@ class Inputs:
     fewshot: Path  # fewshot-seed<S>.parquet: its validation shots are used
     manifest: Path  # the dataset's manifest (class names)
     classes: str  # base | all: the class list the model was trained on
+    method: str | None = None  # the method the model must be of (None: any)
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Outputs:
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     model, precision = evaluation.prepared(load_trained(inputs.model, load_backbone(inputs.backbone), inputs.roles,
-                                                        params), params.compute)
+                                                        params, inputs.method), params.compute)
     val = evaluation.image_set(read_fewshot(inputs.fewshot), read_manifest(inputs.manifest), None, inputs.classes,
                                inputs.fewshot, fewshot_split="val")
     features = evaluation.encode_images(model, val, evaluation.eval_transform(model), params.evaluate.batch_size,

@@ -209,7 +209,7 @@ def image_batches(paths: list[str], preprocess, batch_size: int, workers: int = 
     """Preprocessed image batches [B, 3, S, S] on `device`, in order; `workers` processes decode them."""
     loader = torch.utils.data.DataLoader(_Images(paths, preprocess), batch_size=batch_size, num_workers=cpus.processes(workers),
                                          collate_fn=_stack, pin_memory=device.type == "cuda")
-    for batch in track(loader, description="profiling images", total=len(loader)):
+    for batch in track(loader, description="profiling images", total=len(loader), unit="batches"):
         if isinstance(batch, str):
             raise DearError(batch)
         yield batch.to(device, non_blocking=True)
@@ -221,7 +221,7 @@ def embed_texts(model: nn.Module, tokenizer: Callable[[list[str]], torch.Tensor]
     device = internals.text_positions(model).device
     chunks = []
     starts = range(0, len(texts), batch_size)
-    for start in track(starts, description="embedding texts", total=len(starts)):
+    for start in track(starts, description="embedding texts", total=len(starts), unit="batches"):
         tokens = internals.trim_text_padding(model, tokenizer(list(texts[start:start + batch_size])))
         chunks.append(internals.encode_text(model, tokens.to(device)).float())
     embeddings = torch.cat(chunks)  # [K, E]

@@ -69,7 +69,7 @@ def _write_dataset(world, spec: world_data.DatasetSpec, folder: Path) -> dict:
     split, rows = {s: [] for s in world_data.SPLITS}, []
     total = sum(spec.per_class) * len(spec.classnames)
     items = ((s, *item) for s in world_data.SPLITS for item in world_data.dataset_scenes(world, spec, s))
-    for split_name, label, index, scene in track(items, f"world {spec.name}", total=total):
+    for split_name, label, index, scene in track(items, f"world {spec.name}", total=total, unit="images"):
         impath = f"{folders[label]}/{split_name}_{index:05d}.png"
         (folder / "images" / impath).write_bytes(png_bytes(render(scene, grid)))
         split[split_name].append([impath, label, spec.classnames[label]])

@@ -18,7 +18,8 @@ import torch
 from PIL import Image
 
 from dear.data.manifest import read_rgb
-from dear.train.data import Shots, cpu_seeded, derived_seed
+from dear.train.data import Shots
+from dear.transforms import cpu_seeded, derived_seed
 
 VIEW_STREAM = 7  # keeps view seeds apart from the per-epoch augmentation seeds of dear.train.data
 

@@ -83,7 +83,7 @@ FEW_SHOT_RUNS = STUDY.few_shot_runs()  # (dataset, K) of each method's few-shot 
 PROFILED = PARAMS.profile.dataset
 ROLES = rooted(f"roles/{PROFILED}/roles.parquet")
 BACKBONE = rooted("backbone")  # card.json, and model.pt when trained here (real weights are used where they lie)
-WORLD = rooted("world/card.json")
+WORLD = rooted("world")  # the embedded datasets in CoOp's layout, and card.json
 READS_WORLD = [WORLD] if world_needed(PARAMS) else []  # the world is drawn only when some job reads it
 
 wildcard_constraints:
@@ -91,9 +91,30 @@ wildcard_constraints:
     shots=r"\d+",
     method="|".join(METHODS),
 
-def code(stage):
-    """The package files `stage` runs (dear.jobs.CODE, folders expanded); dvc.yaml lists the same (a test checks)."""
-    return [f"dear/{name}" for name in dear_jobs.code_files(stage)]
+def code(rule):
+    """The input holding the code a job of `rule` runs: its code file, .dear/code/<name>.yaml under the output root
+    (dear.jobs.code: the sha256 of its stage's and method's modules; train-maple, prepare-world_objects, world).
+    The Snakefile writes every job's file before planning, and rewrites one only when that code changed, so a job
+    reruns when, and only when, the modules it runs changed. A rule declares `code=code("<rule name>")`."""
+    def code_file(wildcards):
+        return str(dear_jobs.code_file(CODE, JOBS[job_name(rule, wildcards)]))
+    return code_file
+
+
+def values(rule):
+    """The input holding the values a job of `rule` reads (.dear/jobs/<stage>/<item>.yaml under the output root,
+    dear.engines.job_file): the same file DVC's stage reads as a params file. A rule declares
+    `values=values("<rule name>")` next to its `code=code("<rule name>")`."""
+    def values_file(wildcards):
+        return str(dear_engines.job_file(Path(VALUES), JOBS[job_name(rule, wildcards)]))
+    return values_file
+
+
+def job_name(rule, wildcards):
+    """DVC's name of the job of `rule` with these wildcards: train@mmrl-world_objects, train_transfer@mmrl, world
+    (and the few-shot jobs' shots: train_fewshot@coop-world_objects-4)."""
+    items = [wildcards[key] for key in ("method", "dataset", "shots") if key in wildcards.keys()]
+    return rule + (f"@{'-'.join(items)}" if items else "")
 
 
 def seeds_of(pattern):
@@ -102,6 +123,10 @@ def seeds_of(pattern):
 
 
 JOBS = {job.name: job for job in dear_jobs.jobs(PARAMS)}
+VALUES = rooted(".dear/jobs")  # each job's values file and, beside, its code file, as DVC's check stage writes them
+CODE = dear_engines.code_folder(VALUES)
+if workflow.is_main_process:
+    dear_engines.write_job_files(PARAMS, VALUES, list(JOBS.values()))
 _HASHES, _SEEN, _FORCED = {}, set(), set()
 
 
@@ -114,8 +139,7 @@ def provenance_checked(rule):
             return []
         if not _SEEN and workflow.dryrun:
             dear_engines.warn(MACHINE, CONFIG)
-        items = [wildcards[key] for key in ("method", "dataset", "shots") if key in wildcards.keys()]
-        name = rule + (f"@{'-'.join(items)}" if items else "")
+        name = job_name(rule, wildcards)
         if name not in _SEEN:
             _SEEN.add(name)
             job = JOBS.get(name)

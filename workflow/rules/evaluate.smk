@@ -6,6 +6,7 @@ rule fuse:
     """Refit the fusion weights on each seed's validation shots (network frozen)."""
     input:
         code=code("fuse"),
+        values=values("fuse"),
         model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
         backbone=BACKBONE,
         fewshot=seeds_of(rooted("data/{dataset}/fewshot-seed{seed}.parquet")),
@@ -20,7 +21,7 @@ rule fuse:
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
         rooted("logs/fuse/{method}/{dataset}.benchmark.tsv")
     shell:
-        "dear fuse --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt"
+        "dear fuse --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt --method {wildcards.method}"
         " --fewshot {R}data/{wildcards.dataset}/fewshot-seed{{seed}}.parquet --classes base --backbone {R}backbone"
         " --roles {input.roles} --out {R}runs/{wildcards.method}/{wildcards.dataset}/fuse/seed{{seed}}/fusion.json"
         " --log {log}"
@@ -30,7 +31,8 @@ if TRANSFER:  # the transfer protocols are on
     rule fuse_transfer:
         """Refit the fusion weights of each all-class model on the source's validation shots."""
         input:
-            code=code("fuse"),
+            code=code("fuse_transfer"),
+            values=values("fuse_transfer"),
             model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
             backbone=BACKBONE,
             fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
@@ -46,7 +48,7 @@ if TRANSFER:  # the transfer protocols are on
         benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
             rooted("logs/fuse_transfer/{method}.benchmark.tsv")
         shell:
-            "dear fuse --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt"
+            "dear fuse --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt --method {wildcards.method}"
             " --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --classes all --backbone {R}backbone"
             " --roles {input.roles} --out {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --log {log}"
 
@@ -55,6 +57,7 @@ rule evaluate:
     """Base-to-novel: per-class counts on the base and novel test classes, every seed."""
     input:
         code=code("evaluate"),
+        values=values("evaluate"),
         model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
         fusion=seeds_of(rooted("runs/{method}/{dataset}/fuse/seed{seed}/fusion.json")),
         backbone=BACKBONE,
@@ -71,7 +74,7 @@ rule evaluate:
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
         rooted("logs/evaluate/{method}/{dataset}.benchmark.tsv")
     shell:
-        "dear evaluate --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt"
+        "dear evaluate --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt --method {wildcards.method}"
         " --fusion {R}runs/{wildcards.method}/{wildcards.dataset}/fuse/seed{{seed}}/fusion.json"
         " --source {R}data/{wildcards.dataset} --classes base --data {R}data --backbone {R}backbone --roles {input.roles}"
         " --out {R}runs/{wildcards.method}/{wildcards.dataset}/eval/seed{{seed}} --log {log}"
@@ -81,7 +84,8 @@ if TRANSFER:  # the transfer protocols are on
     rule evaluate_transfer:
         """Cross-dataset and domain generalization: per-class counts on the source and every target, every seed."""
         input:
-            code=code("evaluate"),
+            code=code("evaluate_transfer"),
+            values=values("evaluate_transfer"),
             model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
             fusion=seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
             backbone=BACKBONE,
@@ -99,7 +103,7 @@ if TRANSFER:  # the transfer protocols are on
         benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
             rooted("logs/evaluate_transfer/{method}.benchmark.tsv")
         shell:
-            "dear evaluate --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt"
+            "dear evaluate --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt --method {wildcards.method}"
             " --fusion {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --source {R}data/{SOURCE}"
             " --classes all --data {R}data --backbone {R}backbone --roles {input.roles}"
             " --out {R}transfer/{wildcards.method}/eval/seed{{seed}} --log {log}"

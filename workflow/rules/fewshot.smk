@@ -8,6 +8,7 @@ if FEW_SHOT:
         """`dear prepare` of a dataset of study.few_shot: besides the manifest and data.shots' tables, a table per K and seed."""
         input:
             code=code("prepare"),
+            values=values("prepare"),
             world=READS_WORLD,
             stale=provenance_checked("prepare"),
         output:
@@ -32,7 +33,8 @@ if FEW_SHOT:
     rule train_fewshot:
         """Train one method on K shots of every class of one dataset, every seed."""
         input:
-            code=code("train"),
+            code=code("train_fewshot"),
+            values=values("train_fewshot"),
             backbone=BACKBONE,
             fewshot=seeds_of(rooted("data/{dataset}/fewshot-shots{shots}-seed{seed}.parquet")),
             roles=ROLES,
@@ -55,7 +57,8 @@ if FEW_SHOT:
     rule fuse_fewshot:
         """Refit the fusion weights of each K-shot model on its own validation shots (min(K, data.val_shots))."""
         input:
-            code=code("fuse"),
+            code=code("fuse_fewshot"),
+            values=values("fuse_fewshot"),
             model=seeds_of(rooted("fewshot/{method}/{dataset}/shots{shots}/train/seed{seed}/model.pt")),
             backbone=BACKBONE,
             fewshot=seeds_of(rooted("data/{dataset}/fewshot-shots{shots}-seed{seed}.parquet")),
@@ -72,6 +75,7 @@ if FEW_SHOT:
         shell:
             "dear fuse --params {CONFIG}"
             " --model {R}fewshot/{wildcards.method}/{wildcards.dataset}/shots{wildcards.shots}/train/seed{{seed}}/model.pt"
+            " --method {wildcards.method}"
             " --fewshot {R}data/{wildcards.dataset}/fewshot-shots{wildcards.shots}-seed{{seed}}.parquet --classes all"
             " --backbone {R}backbone --roles {input.roles}"
             " --out {R}fewshot/{wildcards.method}/{wildcards.dataset}/shots{wildcards.shots}/fuse/seed{{seed}}/fusion.json"
@@ -80,7 +84,8 @@ if FEW_SHOT:
     rule evaluate_fewshot:
         """Per-class counts of each K-shot model on its dataset's test split, all classes (protocol few_shot_<K>)."""
         input:
-            code=code("evaluate"),
+            code=code("evaluate_fewshot"),
+            values=values("evaluate_fewshot"),
             model=seeds_of(rooted("fewshot/{method}/{dataset}/shots{shots}/train/seed{seed}/model.pt")),
             fusion=seeds_of(rooted("fewshot/{method}/{dataset}/shots{shots}/fuse/seed{seed}/fusion.json")),
             backbone=BACKBONE,
@@ -99,6 +104,7 @@ if FEW_SHOT:
         shell:
             "dear evaluate --params {CONFIG}"
             " --model {R}fewshot/{wildcards.method}/{wildcards.dataset}/shots{wildcards.shots}/train/seed{{seed}}/model.pt"
+            " --method {wildcards.method}"
             " --fusion {R}fewshot/{wildcards.method}/{wildcards.dataset}/shots{wildcards.shots}/fuse/seed{{seed}}/fusion.json"
             " --source {R}data/{wildcards.dataset} --classes all --shots {wildcards.shots} --data {R}data"
             " --backbone {R}backbone --roles {input.roles}"

@@ -2,6 +2,7 @@ rule prepare:
     """Index one dataset in CoOp's layout: manifest and a few-shot table per seed."""
     input:
         code=code("prepare"),
+        values=values("prepare"),
         world=READS_WORLD,
         stale=provenance_checked("prepare"),
     output:

@@ -2,6 +2,7 @@ rule profile:
     """Decompose the image encoder per head, name each head's concepts, assign roles."""
     input:
         code=code("profile"),
+        values=values("profile"),
         backbone=BACKBONE,
         manifest=rooted(f"data/{PROFILED}/manifest.parquet"),
         world=READS_WORLD,

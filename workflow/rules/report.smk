@@ -7,6 +7,7 @@ rule report:
     """The paper's tables per protocol, pictures and DVC metrics, from every eval table."""
     input:
         code=code("report"),
+        values=values("report"),
         evals=expand(rooted("runs/{method}/{dataset}/eval/seed{seed}/eval.parquet"), method=METHODS, dataset=B2N, seed=SEEDS),
         transfer=expand(rooted("transfer/{method}/eval/seed{seed}/eval.parquet"), method=METHODS if TRANSFER else [],
                         seed=SEEDS),

@@ -8,6 +8,7 @@ rule train:
     """Train one method on one dataset's base-class shots, every seed (each resumes from its checkpoint)."""
     input:
         code=code("train"),
+        values=values("train"),
         backbone=BACKBONE,
         fewshot=seeds_of(rooted("data/{dataset}/fewshot-seed{seed}.parquet")),
         roles=ROLES,
@@ -31,7 +32,8 @@ if TRANSFER:  # the transfer protocols are on
     rule train_transfer:
         """Train one method on all classes of the transfer source (cross-dataset and domain generalization), every seed."""
         input:
-            code=code("train"),
+            code=code("train_transfer"),
+            values=values("train_transfer"),
             backbone=BACKBONE,
             fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
             roles=ROLES,

@@ -30,7 +30,7 @@ FEW_SHOT = PROJECT / "workflow/dvc/fewshot.yaml"
 
 
 def with_few_shot(pipeline: dict) -> dict:
-    """`pipeline` with the few-shot stages before the report, each taking the deps of its `deps_of` stage, and
+    """`pipeline` with the few-shot stages before the report (each reads its code file as dvc.yaml's stages do), and
     the report reading fewshot/ whole (its command globs it in every config)."""
     extra = yaml.safe_load(FEW_SHOT.read_text())["stages"]
     stages = {}
@@ -38,8 +38,7 @@ def with_few_shot(pipeline: dict) -> dict:
         if name == "report":
             for new, body in extra.items():
                 body = dict(body)
-                stages[new] = {"matrix": body.pop("matrix"), "cmd": body.pop("cmd"),
-                               "deps": list(pipeline["stages"][body.pop("deps_of")]["deps"]), **body}
+                stages[new] = {"matrix": body.pop("matrix"), "cmd": body.pop("cmd"), **body}
             stage = {**stage, "deps": [*stage["deps"], "fewshot"]}
         stages[name] = stage
     return {**pipeline, "stages": stages}
@@ -77,7 +76,8 @@ def study(pipeline: dict, config: str, root: str, where: str, world: bool = True
         body = stage.get("do", stage)
         moved = {"cmd": _command(body["cmd"], config, move), "wdir": os.path.relpath(PROJECT, PROJECT / where),
                  **{key: body[key] for key in ("always_changed", "desc") if key in body}}
-        moved["deps"] = [move(dep) for dep in body.get("deps", []) if dep not in unread]
+        deps = [move(dep) for dep in body.get("deps", []) if dep not in unread]
+        moved.update({"deps": deps} if deps else {})  # the code is a params file (.dear/code/): most stages have none
         sections = [item for item in body.get("params", []) if isinstance(item, str)]
         files = [{move(path): keys for path, keys in item.items()} for item in body.get("params", [])
                  if isinstance(item, dict) and kept(item)]

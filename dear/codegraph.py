@@ -1,0 +1,237 @@
+"""The code a job runs, read from the package's imports: its modules and their fingerprints.
+
+A job's code is the import closure inside `dear/` of the modules it starts
+from (`dear.jobs.code_roots`): every `import dear...`, `from dear... import`
+and relative import, at module level or inside a function, followed to the
+module it names (and the packages above it, whose `__init__` runs first),
+plus an `importlib.import_module` of a constant name. A module imported
+only under `if TYPE_CHECKING:` runs nothing and is left out. The import
+graph is the provenance graph, so a module imports only what it uses.
+
+The params schema (`dear/params.py`, `VALUES`) is not code but the shape of
+the values: every job records the values it reads, validated and resolved,
+and both engines compare them key by key (`dear.keys`, `dear.stale`).
+
+Package data counts with the modules that read it: a file of `dear/resources/`
+whose name or stem a module spells as a string (`"text_bank.tsv"`,
+`"dear-world"`) belongs to that module's code.
+
+A module's fingerprint is the sha256 of its syntax tree (`ast.dump`) without
+docstrings and without the help texts of parameters and options
+(`description=` of a pydantic `Field`, `help=` of a Typer option), so
+comments, docstrings, help and formatting do not count and any change to
+what runs does; a data file's, of its bytes (YAML: of its parsed values).
+
+A registry (`REGISTRIES`: the methods, the datasets) is a table of entries
+keyed by name; its entries are fingerprinted one by one, apart from the
+rest of their module, and a job counts only the entries its names (method,
+dataset) pick. So adding a method or a dataset changes no existing job's code.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from copy import deepcopy
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+PACKAGE = Path(__file__).resolve().parent
+NAME = "dear"
+RESOURCES = PACKAGE / "resources"
+# module -> the module-level dict of entries keyed by name (a method, a dataset) that jobs pick from
+REGISTRIES = {"dear.methods": "REGISTRY", "dear.data.coop": "SPECS"}
+# the schema of the values: a job's values are recorded and compared key by key once validated (dear.keys,
+# dear.stale), so a new key or a reworded check there changes no job's code; not counted, not followed
+VALUES = {"dear.params"}
+HELP_KEYWORDS = {"Field": "description", "Option": "help", "Argument": "help"}  # call -> its help text
+
+
+def module_file(module: str) -> Path | None:
+    """dear.a.b -> dear/a/b.py or dear/a/b/__init__.py (None: not a module of the package)."""
+    parts = module.split(".")
+    if parts[0] != NAME:
+        return None
+    base = PACKAGE.joinpath(*parts[1:])
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def is_package(module: str) -> bool:
+    path = module_file(module)
+    return path is not None and path.name == "__init__.py"
+
+
+@lru_cache(maxsize=None)
+def _tree(path: Path, mtime_ns: int) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
+def tree(module: str) -> ast.Module:
+    path = module_file(module)
+    return _tree(path, path.stat().st_mtime_ns)
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def _nodes(node: ast.AST):
+    """Every node below `node`, but not the bodies of `if TYPE_CHECKING:` (their `else` runs)."""
+    for child in ast.iter_child_nodes(node):
+        if _type_checking_only(child):
+            for other in child.orelse:
+                yield other
+                yield from _nodes(other)
+            continue
+        yield child
+        yield from _nodes(child)
+
+
+def imports(module: str) -> set[str]:
+    """The package modules `module` imports anywhere in its code (each with the packages above it)."""
+    package = module if is_package(module) else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _nodes(tree(module)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names if module_file(f"{base}.{alias.name}"))
+        elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args \
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            found.add(node.args[0].value)
+    return {above for name in found if module_file(name) for above in _with_parents(name)} - {module}
+
+
+def _is_import_module(func: ast.AST) -> bool:
+    return (isinstance(func, ast.Attribute) and func.attr == "import_module") or \
+        (isinstance(func, ast.Name) and func.id == "import_module")
+
+
+def _with_parents(module: str) -> list[str]:
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def closure(roots: list[str] | tuple[str, ...]) -> list[str]:
+    """`roots` (with the packages above them) and every package module they import, directly or not; sorted."""
+    seen: set[str] = set()
+    todo = [above for root in roots for above in _with_parents(root)]
+    while todo:
+        module = todo.pop()
+        if module in seen or module in VALUES:
+            continue
+        if module_file(module) is None:
+            raise ValueError(f"{module}: no such module in the package")
+        seen.add(module)
+        todo.extend(imports(module) - seen)
+    return sorted(seen)
+
+
+def resources(modules: list[str]) -> list[str]:
+    """The files of dear/resources/ that `modules` name as a string (by file name or stem), relative to the package."""
+    names = {}
+    for path in sorted(RESOURCES.iterdir()) if RESOURCES.is_dir() else ():
+        if path.is_file():
+            names.setdefault(path.name, path)
+            names.setdefault(path.stem, path)
+    found = set()
+    for module in modules:
+        for node in _nodes(_without_docstrings(tree(module))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+                found.add(names[node.value])
+    return sorted(str(path.relative_to(PACKAGE)) for path in found)
+
+
+def _without_docstrings(module: ast.Module) -> ast.Module:
+    """A copy of `module` without the docstrings of the module, its classes and functions, and without help texts."""
+    copy = deepcopy(module)
+    for node in ast.walk(copy):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if name in HELP_KEYWORDS:
+                node.keywords = [k for k in node.keywords if k.arg != HELP_KEYWORDS[name]]
+    return copy
+
+
+def _registry(module: ast.Module, name: str) -> ast.Dict | None:
+    """The dict literal assigned to `name` at the top level of `module` (None: there is none)."""
+    for node in module.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else \
+            (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        if isinstance(target, ast.Name) and target.id == name and isinstance(node.value, ast.Dict):
+            return node.value
+    return None
+
+
+def _normalised(path: Path) -> ast.Module:
+    """The module at `path` as fingerprinted: no docstrings or help texts, its registry emptied (counted by entry)."""
+    module = _without_docstrings(_tree(path, path.stat().st_mtime_ns))
+    name = REGISTRIES.get(_module_name(path))
+    table = _registry(module, name) if name else None
+    if table is not None:
+        table.keys, table.values = [], []
+    return module
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join([NAME, *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+def registry_entries(module: str) -> dict[str, str]:
+    """{key: sha256 of its entry's syntax tree} of the registry of `module` ({} if it has none)."""
+    name = REGISTRIES.get(module)
+    table = _registry(_without_docstrings(tree(module)), name) if name else None
+    if table is None:
+        return {}
+    return {key.value: hashlib.sha256(ast.dump(value, include_attributes=False).encode()).hexdigest()
+            for key, value in zip(table.keys, table.values) if isinstance(key, ast.Constant)}
+
+
+def file_fingerprint(relative: str) -> str:
+    """sha256 of one package file: a module's syntax tree without docstrings, a YAML file's values, other bytes."""
+    path = PACKAGE / relative
+    if path.suffix == ".py":
+        text = ast.dump(_normalised(path), include_attributes=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+    if path.suffix in (".yaml", ".yml"):
+        values = json.dumps(yaml.safe_load(path.read_text()), sort_keys=True, default=str)
+        return hashlib.sha256(values.encode()).hexdigest()
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def relative_file(module: str) -> str:
+    return str(module_file(module).relative_to(PACKAGE))
+
+
+def fingerprints(files: list[str]) -> dict[str, str]:
+    """{file relative to the package: its fingerprint}, sorted by file."""
+    return {name: file_fingerprint(name) for name in sorted(files)}
+
+
+def fingerprint(prints: dict[str, str]) -> str:
+    """One sha256 over {file: fingerprint}: names and fingerprints."""
+    digest = hashlib.sha256()
+    for name, value in sorted(prints.items()):
+        digest.update(f"{name}\0{value}\n".encode())
+    return digest.hexdigest()
