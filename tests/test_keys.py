@@ -212,7 +212,7 @@ def test_few_shot_jobs_read_their_own_shot_counts_keys_and_no_transfer_key(param
     assert readers(study, key) == {"train_fewshot@coop-world_objects_sketch-1"}
     assert readers(study, "study.few_shot.shots") == {"prepare@world_objects_sketch"}
     evaluate = study_jobs.find(study, "evaluate_fewshot@coop-world_objects_sketch-4")
-    assert evaluate.args == {"classes": "all", "shots": 4}
+    assert evaluate.args == {"method": "coop", "classes": "all", "shots": 4}
     assert not any(name.startswith("study.transfer") for name in reads(study, "evaluate", **evaluate.args))
     names = [job.name for job in study_jobs.jobs(study)]
     assert sum(name.startswith("train_fewshot@") for name in names) == len(params.study.methods) * 2
