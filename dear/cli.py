@@ -23,13 +23,18 @@ import click
 import typer
 import typer.core
 
-from dear import cpus, reproducible, status, stops, supervise
-from dear.check import check_file, stage_problems
-from dear.check import warnings as check_warnings
-from dear.errors import DearError
-from dear.methods import names as method_names
-from dear.params import DEFAULT_PATH, load_params, parse_overrides
-from dear.params import use as use_params
+from dear import reproducible  # before the imports that load numpy: OpenBLAS reads its cap when it loads
+
+if __name__ == "__main__" or Path(sys.argv[0]).name == "dear":  # the command, not an import (tests, the API)
+    reproducible.early(sys.argv[1:])
+
+from dear import cpus, status, stops, supervise  # noqa: E402
+from dear.check import check_file, stage_problems  # noqa: E402
+from dear.check import warnings as check_warnings  # noqa: E402
+from dear.errors import DearError  # noqa: E402
+from dear.methods import names as method_names  # noqa: E402
+from dear.params import DEFAULT_PATH, load_params, parse_overrides  # noqa: E402
+from dear.params import use as use_params  # noqa: E402
 
 app = typer.Typer(
     name="dear",

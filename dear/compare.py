@@ -136,6 +136,7 @@ def _machine(records: list[dict]) -> dict[str, list[str]]:
         "cpu_flags": lambda r: " ".join(r.get("cpu_flags", [])),
         "kernels": lambda r: ", ".join([f"ATen {r['aten_capability']}",
                                         f"oneDNN {'on' if r.get('mkldnn_enabled') else 'off'}",
+                                        *(f"OpenBLAS {name}" for name in r.get("openblas", [])),
                                         *(f"{k}={v}" for k, v in sorted(r.get("caps", {}).items())
                                           if not k.endswith("_NUM_THREADS"))]) if "aten_capability" in r else None,
         "builds": lambda r: "; ".join(f"{k}: {v}" for k, v in sorted(r.get("builds", {}).items())) or None,

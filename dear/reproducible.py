@@ -13,10 +13,12 @@ AVX2, the newest set every x86-64 CPU of the last ten years has:
   reproducibility, its AVX2 code path with fixed blocking and reduction order on
   every CPU that has AVX2 (Intel's guarantee; an AMD CPU runs MKL's own pick: docs/compute.md);
 - ONEDNN_MAX_CPU_ISA=AVX2, and oneDNN (torch.backends.mkldnn) off: its kernels
-  choose their blocking by the cache sizes of the CPU, so convolutions go to
+  may choose their blocking by the cache sizes of the CPU (no promise across CPUs), so convolutions go to
   ATen's own (im2col + MKL);
 - deterministic algorithms (`torch.use_deterministic_algorithms(warn_only)`;
-  on CUDA cuDNN's deterministic kernels and cuBLAS's fixed workspace).
+  on CUDA cuDNN's deterministic kernels and cuBLAS's fixed workspace);
+- OPENBLAS_CORETYPE=Haswell: numpy's and scipy's BLAS (sklearn's HDBSCAN in the
+  profile, the linear probe), set by `early` before numpy loads.
 
 Environment variables are read by the libraries when torch first loads or
 first computes, so `apply` runs in the `dear` command before any import of
@@ -42,7 +44,9 @@ CAPS = {
     "MKL_CBWR": "AVX2,STRICT",           # MKL: AVX2 branch, fixed blocking and reductions
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",    # MKL's dispatcher, for what CBWR does not cover
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",  # cuBLAS: deterministic with use_deterministic_algorithms
+    "OPENBLAS_CORETYPE": "Haswell",      # numpy's and scipy's OpenBLAS (sklearn: HDBSCAN, the linear probe)
 }
+NEEDS_AVX2 = ("OPENBLAS_CORETYPE",)  # forced on a CPU without AVX2, OpenBLAS would run instructions it lacks
 # other variables that decide CPU floats, recorded when a user set them
 WATCHED = ("DNNL_MAX_CPU_ISA", "MKL_DYNAMIC", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NPY_DISABLE_CPU_FEATURES")
 # CPU flags that decide which kernels the libraries may pick (in /proc/cpuinfo's words)
@@ -65,6 +69,8 @@ def apply(on: bool, environ: dict | None = None) -> dict[str, str]:
     changed = {}
     if on:
         for name, value in CAPS.items():
+            if name in NEEDS_AVX2 and "avx2" not in cpu_flags():
+                continue
             if environ.get(name) != value:
                 if environ.get(name):
                     _state["overridden"][name] = environ[name]
@@ -72,6 +78,43 @@ def apply(on: bool, environ: dict | None = None) -> dict[str, str]:
                 changed[name] = value
                 environ[name] = value
     return changed
+
+
+def early(args: list[str]) -> None:
+    """At the start of the `dear` command, before numpy loads: OpenBLAS's cap when the command's params have the setting.
+
+    OpenBLAS (numpy's and scipy's BLAS) picks its kernels when it loads, and
+    `dear.cli`'s own imports load numpy, long before the params are read
+    (`apply`). So the command line is read here as the stage will read it:
+    `--params` (default params.yaml) and a `--set compute.reproducible=...`.
+    Anything unreadable leaves it to the stage (its error, its provenance).
+    """
+    if "numpy" in sys.modules or "avx2" not in cpu_flags() or not _asks_for_it(args):
+        return
+    os.environ["OPENBLAS_CORETYPE"] = CAPS["OPENBLAS_CORETYPE"]
+
+
+def _asks_for_it(args: list[str]) -> bool:
+    path, sets = "params.yaml", []
+    for index, arg in enumerate(args):
+        value = args[index + 1] if index + 1 < len(args) else ""
+        if arg == "--params":
+            path = value
+        elif arg.startswith("--params="):
+            path = arg.split("=", 1)[1]
+        elif arg == "--set":
+            sets.append(value)
+        elif arg.startswith("--set="):
+            sets.append(arg.split("=", 1)[1])
+    for change in sets:
+        if change.replace(" ", "").startswith("compute.reproducible="):
+            return change.split("=", 1)[1].strip().lower() == "true"
+    try:
+        import yaml
+
+        return (yaml.safe_load(Path(path).read_text()) or {}).get("compute", {}).get("reproducible") is True
+    except Exception:  # noqa: BLE001 (any unreadable file: the stage says what is wrong with it)
+        return False
 
 
 def release() -> None:
@@ -158,6 +201,7 @@ def in_force() -> dict[str, Any]:
     record["mkldnn_enabled"] = bool(torch.backends.mkldnn.enabled)
     record["deterministic"] = bool(torch.are_deterministic_algorithms_enabled())
     record["builds"] = builds(torch)
+    record["openblas"] = openblas()
     if torch.cuda.is_initialized():
         from dear.probe import nvidia_driver
 
@@ -167,6 +211,16 @@ def in_force() -> dict[str, Any]:
                           "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
                           "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32)}
     return record
+
+
+def openblas() -> list[str]:
+    """The OpenBLAS libraries loaded (numpy's, scipy's): their kernels (Haswell, SkylakeX, ...) and version."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    return sorted({f"{info.get('architecture')} ({info.get('version')})" for info in threadpool_info()
+                   if info.get("internal_api") == "openblas"})
 
 
 def builds(torch) -> dict[str, str]:

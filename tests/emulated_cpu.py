@@ -1,4 +1,5 @@
-"""A short study as one process would run it on a CPU of another kind: backbone, train, fuse, evaluate.
+"""A short study as one process would run it on a CPU of another kind: backbone, train (CoOp and the linear
+probe), fuse, evaluate.
 
 `python -m tests.emulated_cpu FOLDER` runs the `dear` commands in FOLDER (a
 world and a prepared world_objects already there, params.yaml beside them) in
@@ -16,6 +17,8 @@ COMMANDS = [
     ["backbone", "--world", "world", "--out", "backbone"],
     ["train", "--method", "coop", "--dataset", "world_objects", "--fewshot", "data/world_objects/fewshot-seed1.parquet",
      "--out", "run", "--seed", "1"],
+    ["train", "--method", "linear_probe", "--dataset", "world_objects", "--fewshot",
+     "data/world_objects/fewshot-seed1.parquet", "--out", "probe", "--seed", "1"],  # sklearn on OpenBLAS
     ["fuse", "--model", "run/model.pt", "--fewshot", "data/world_objects/fewshot-seed1.parquet", "--out",
      "fusion.json", "--seed", "1"],
     ["evaluate", "--model", "run/model.pt", "--fusion", "fusion.json", "--source", "data/world_objects",
@@ -25,6 +28,9 @@ COMMANDS = [
 
 def main(folder: str) -> None:
     os.chdir(folder)
+    from dear import reproducible
+
+    reproducible.early(["--params", "params.yaml"])  # as the `dear` command does, before numpy loads
     from dear.cli import app
 
     for command in COMMANDS:

@@ -26,10 +26,12 @@ from dear import reproducible
 from tests import tiny_study
 
 ROOT = Path(__file__).resolve().parents[1]
-CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS")
+CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OPENBLAS_CORETYPE")
 CPUS = {  # an emulated CPU: the caps its kernels run under
-    "avx512-amx": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"},
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "avx512-amx": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX",
+                   "OPENBLAS_CORETYPE": "SkylakeX"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+             "OPENBLAS_CORETYPE": "Haswell"},
 }
 needs_avx512 = pytest.mark.skipif("avx512f" not in reproducible.cpu_flags(),
                                   reason="emulates CPUs by capping an AVX-512 one: this CPU has no AVX-512")
@@ -109,6 +111,7 @@ def _tensors(node, prefix=""):
 def _outputs(folder: Path) -> dict:
     """What the study computed, without its provenance (paths, caps): weights, the eval table, fusion's alpha."""
     return {"backbone": _weights(folder / "backbone/model.pt"), "trained": _weights(folder / "run/model.pt"),
+            "probe": _weights(folder / "probe/model.pt"),
             "eval": pq.read_table(folder / "eval/eval.parquet").replace_schema_metadata(None).to_pylist()}
 
 
@@ -117,6 +120,7 @@ def test_the_same_bytes_on_every_emulated_cpu_with_the_setting_on(studies):
     first, second = (_outputs(studies[True, cpu]) for cpu in CPUS)
     assert first["backbone"] == second["backbone"]
     assert first["trained"] == second["trained"]
+    assert first["probe"] == second["probe"] and first["probe"]  # sklearn's fit on OpenBLAS, capped as well
     assert first["eval"] == second["eval"] and first["eval"]
 
 
@@ -136,6 +140,8 @@ def test_the_provenance_says_which_kernels_made_the_outputs(studies):
     assert on["reproducible"] is True and on["aten_capability"] == "AVX2" and on["mkldnn_enabled"] is False
     assert on["caps"]["MKL_CBWR"] == "AVX2,STRICT" and on["caps"]["ONEDNN_MAX_CPU_ISA"] == "AVX2"
     assert "avx512f" in on["cpu_flags"] and on["deterministic"] is True
+    probe = torch.load(studies[True, "avx512-amx"] / "probe/model.pt", map_location="cpu", weights_only=False)
+    assert "Haswell" in json.dumps(probe, default=str)  # its provenance: the OpenBLAS kernels of its fit
     off = json.loads((studies[False, "avx512-amx"] / "backbone/card.json").read_text())["provenance"]["compute"]
     assert off["reproducible"] is False and off["aten_capability"] == "AVX512"
     assert off["caps"]["ONEDNN_MAX_CPU_ISA"] == "AVX512_CORE_AMX" and "MKL_CBWR" not in off["caps"]
