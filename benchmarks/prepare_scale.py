@@ -130,7 +130,7 @@ def compare_layouts(args) -> None:
     data = Data(source="coop", root=str(root), datasets=["world_objects", "mine"], seeds=args.seeds, shots=16,
                 val_shots=4, verify="none", skip_bad=False, hash_content=False, workers=args.workers, max_listed=20,
                 custom={"mine": CustomDataset(**declared)})
-    params = types.SimpleNamespace(data=data)
+    params = types.SimpleNamespace(data=data, study=types.SimpleNamespace(few_shot_on=None))  # no per-K tables
     baseline_stat_walk(root)  # both layouts' entries in the page cache
     prepare.run(params, prepare.Inputs("world_objects"), prepare.Outputs(args.dir / "warm"))  # imports, first forks
     seconds = {}
@@ -165,7 +165,7 @@ def main() -> None:
     build_s = build_layout(root, n_train, args.classes)
     data = Data(source="coop", root=str(root), datasets=["imagenet"], seeds=args.seeds, shots=16, val_shots=4,
                 verify="exists", skip_bad=False, hash_content=False, workers=args.workers, max_listed=20)
-    params = types.SimpleNamespace(data=data)
+    params = types.SimpleNamespace(data=data, study=types.SimpleNamespace(few_shot_on=None))  # no per-K tables
 
     n_files, base_s = baseline_stat_walk(root / "imagenet" / "images")
     out = args.dir / "out"
