@@ -73,9 +73,7 @@ def make_inputs(root: Path) -> Inputs:
     raw["world"]["attribute_sets"] = ["colors"]
     raw["backbone"]["steps"] = 2
     raw["profile"].update(max_images=8, batch_size=8, svd_rank=4, texts_per_head=3, layers=2)
-    recipes = raw["train"]["recipes"]  # prompt depths that fit dear-world-tiny's 2 layers (as configs/smoke.yaml's)
-    recipes["maple"]["prompt_depth"] = 2
-    recipes["promptsrc"].update(vision_depth=2, text_depth=2)
+    fake_run.tiny_depths(raw["train"])
     params.write_text(yaml.safe_dump(raw, sort_keys=False))
     inputs = Inputs(root, params, root / "world", root / "backbone", root / "data/world_objects", root / "roles.parquet",
                     root / "runs/train/model.pt", root / "runs/fuse/fusion.json")

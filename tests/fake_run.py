@@ -99,6 +99,15 @@ def small_recipes(train: dict, **values) -> dict:
     return train
 
 
+def tiny_depths(train: dict) -> dict:
+    """Prompt depths that fit dear-world-tiny's 2 image and 2 text layers (as configs/smoke.yaml's): the planner
+    refuses params.yaml's 3 on it."""
+    recipes = train.setdefault("recipes", {})
+    recipes["maple"] = {**(recipes.get("maple") or {}), "prompt_depth": 2}
+    recipes["promptsrc"] = {**(recipes.get("promptsrc") or {}), "vision_depth": 2, "text_depth": 2}
+    return train
+
+
 def save_that_fills_the_disk(real_save, failing_call: int = 2):
     """A `torch.save` stand-in whose `failing_call`-th call leaves a partial file and raises ENOSPC (a disk
     filling up during a checkpoint write); the other calls save for real."""

@@ -29,7 +29,7 @@ from tests.cluster.slurm import (LOCAL_RULES, PROFILE, SNAKEMAKE_TIMEOUT_S, Run,
 from tests import tiny_study
 from tests.engines import BIN, ROOT, engine_env, make_project
 from tests.fake_coop import JSON_LAYOUT, make_fake_dataset
-from tests.fake_run import small_recipes
+from tests.fake_run import small_recipes, tiny_depths
 
 pytestmark = pytest.mark.cluster
 
@@ -49,6 +49,7 @@ def study_params(data_root: Path, extra_datasets: list[str] = (), overrides: dic
     params["data"].update(DATA_OVERRIDES, root=str(data_root), datasets=[*DATASETS, *extra_datasets])
     for name, values in (overrides or {}).items():
         params[name].update(values)
+    tiny_depths(params["train"])
     params["study"]["base_to_novel"] = list(DATASETS)
     params["study"]["transfer"].update(source=DATASETS[0], cross_dataset=DATASETS[1:],
                                        domain_generalization=DATASETS[1:])
