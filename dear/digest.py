@@ -25,9 +25,10 @@ from pathlib import Path
 import yaml
 
 from dear.io import DIGESTS as FOLDER
-from dear.io import sha256_file
+from dear.io import files_under, sha256_file
 
 ALL = "folder.yaml"
+SNAKEMAKE_STAMP = ".snakemake_timestamp"  # Snakemake's, added to a folder output after its job: not the stage's
 STALE = "out of date"  # the sha256 `dear check --jobs` writes into the digests of an output to rerun
 
 
@@ -36,21 +37,41 @@ def write_digests(folder: Path, command: str) -> None:
     folder = Path(folder)
     for killed in (folder / FOLDER).glob(".*.tmp"):  # a digest half written when an earlier run was killed
         killed.unlink()
-    files = sorted(path for path in folder.rglob("*") if path.is_file() and FOLDER not in path.relative_to(folder).parts)
-    whole = hashlib.sha256()
-    for path in files:
-        sha = sha256_file(path)
-        relative = path.relative_to(folder).as_posix()
-        whole.update(f"{relative}\0{sha}\n".encode())
+    whole, files = _hash_folder(folder)
+    for path, sha in files.items():
         if path.parent == folder:
-            _write(folder / FOLDER / f"{path.name}.yaml", f"sha256 of {relative}, written by `dear {command}`",
+            _write(folder / FOLDER / f"{path.name}.yaml", f"sha256 of {path.name}, written by `dear {command}`",
                    {"sha256": sha})
     _write(folder / FOLDER / ALL, f"sha256 over the {len(files)} files below this folder, written by `dear {command}`",
-           {"sha256": whole.hexdigest(), "files": len(files)})
+           {"sha256": whole, "files": len(files)})
     names = {f"{path.name}.yaml" for path in files if path.parent == folder} | {ALL}
     for stale in (folder / FOLDER).glob("*.yaml"):
         if stale.name not in names:
             stale.unlink()
+
+
+def _hash_folder(folder: Path) -> tuple[str, dict[Path, str]]:
+    """(sha256 over every file below `folder` but its digests, {file: its sha256}), through links."""
+    files = {path: sha256_file(path) for path in files_under(folder)
+             if FOLDER not in path.relative_to(folder).parts and path.name != SNAKEMAKE_STAMP}
+    whole = hashlib.sha256()
+    for path, sha in files.items():
+        whole.update(f"{path.relative_to(folder).as_posix()}\0{sha}\n".encode())
+    return whole.hexdigest(), files
+
+
+def damaged(folder: Path) -> str | None:
+    """Why `folder`'s files do not hash to its `.digest/folder.yaml` (a copy or cache entry changed since its
+    stage wrote it), or None when they do or it has no digest."""
+    recorded = Path(folder) / FOLDER / ALL
+    if not recorded.is_file():
+        return None
+    expected = (yaml.safe_load(recorded.read_text()) or {}).get("sha256")
+    if expected == STALE:
+        return None  # marked to rerun (`dear check --jobs`): the engines rerun it anyway
+    if _hash_folder(Path(folder))[0] != expected:
+        return f"its files do not hash to {recorded}"
+    return None
 
 
 def _write(path: Path, what: str, values: dict) -> None:

@@ -158,11 +158,36 @@ def output_folder(folder: str | os.PathLike, owns: Iterable[str]) -> Iterator[Pa
             _remove(staging)
 
 
+def files_under(folder: str | os.PathLike) -> list[Path]:
+    """Every file below `folder`, sorted, through symbolic links to folders.
+
+    Why not `Path.rglob`: before Python 3.13 it does not enter a linked folder, and a folder Snakemake's output
+    cache restores is links into the cache entry, one per top-level name (its `images/`, its `.digest/`).
+    """
+    found = []
+    for root, _, names in os.walk(folder, followlinks=True):
+        found.extend(Path(root) / name for name in names)
+    return sorted(path for path in found if path.is_file())
+
+
 def in_output_cache(link: Path) -> bool:
     """True when `link` points into Snakemake's between-workflow output cache (its entries are named by a 64-hex
     provenance hash): an output restored from there is replaced by a rerun, never written through, as other
     studies share the entry (docs/engines.md)."""
     return bool(re.fullmatch(r"[0-9a-f]{64}(\..*)?", Path(os.readlink(link)).name))
+
+
+def restored_from_output_cache(folder: Path) -> bool:
+    """True when `folder` is, or holds, links into Snakemake's output cache (how `snakemake --cache` restores a
+    folder: a link per top-level name into the entry)."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        return in_output_cache(folder)
+    return folder.is_dir() and any(entry.is_symlink() and _links_into_cache(entry) for entry in folder.iterdir())
+
+
+def _links_into_cache(link: Path) -> bool:
+    return any(re.fullmatch(r"[0-9a-f]{64}", part) for part in Path(os.readlink(link)).parts)
 
 
 def _remove(path: Path) -> None:

@@ -23,7 +23,8 @@ from typing import Any
 
 from dear import jobs as study_jobs
 from dear import keys
-from dear.io import read_provenance, sha256_file
+from dear.digest import damaged
+from dear.io import read_provenance, restored_from_output_cache, sha256_file
 from dear.jobs import Job
 from dear.params import Params
 
@@ -54,6 +55,8 @@ def out_of_date(params: Params, job: Job, hashes: dict | None = None) -> str | N
         for reason in _differences(recorded(path), expected, seed, hashes):
             if reason not in reasons:
                 reasons.append(reason)
+    if job.folder and restored_from_output_cache(Path(job.folder)) and (why := damaged(Path(job.folder))):
+        reasons.append(f"restored from the output cache, but {why} (a damaged cache entry: `make clean-cache`)")
     if not reasons:
         return None
     more = f" and {len(reasons) - SHOWN} more" if len(reasons) > SHOWN else ""

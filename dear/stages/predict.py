@@ -30,7 +30,7 @@ import torch
 
 from dear import cpus
 from dear.errors import DearError
-from dear.io import output_folder, provenance, sha256_json, write_parquet, write_text
+from dear.io import files_under, output_folder, provenance, sha256_json, write_parquet, write_text
 from dear.params import Params
 from dear.progress import track
 
@@ -105,8 +105,8 @@ def image_paths(images: Path) -> list[str]:
     """The images a folder holds (sorted, recursive) or a list file names (in its order)."""
     images = Path(images)
     if images.is_dir():
-        found = sorted(str(path) for path in images.rglob("*") if path.is_file()
-                       and path.suffix.lower() in IMAGE_EXTENSIONS
+        found = sorted(str(path) for path in files_under(images)
+                       if path.suffix.lower() in IMAGE_EXTENSIONS
                        and not any(part.startswith(".") for part in path.relative_to(images).parts))
         if not found:
             raise DearError(f"{images}: no image files in this folder (extensions {', '.join(IMAGE_EXTENSIONS)}); "

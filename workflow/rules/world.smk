@@ -7,10 +7,11 @@ if READS_WORLD:  # a study of real data and real weights without the sanity chec
             stale=provenance_checked("world"),
         output:
             directory(WORLD),
+        cache: True  # one world per machine: --cache with $SNAKEMAKE_OUTPUT_CACHE (the Makefile; docs/engines.md)
         threads: cpus_of("world")
         log:
             rooted("logs/world.log"),
-        # no benchmark: `dear world` records its own (dear.runrecord)
+        # no benchmark: (a cached rule may have none): `dear world` records its own (dear.runrecord)
         shell:
             "dear world --params {CONFIG} --out {R}world --log {log}"
 
@@ -24,7 +25,7 @@ rule backbone:
         stale=provenance_checked("backbone"),
     output:
         directory(BACKBONE),
-    # not `cache: True`: Snakemake's output cache restored only the top level of a folder (no .digest/; docs/engines.md)
+    cache: True  # keyed by its code and values files (and the world's key): a study with the same reuses it
     threads: cpus_of("backbone")
     log:
         rooted("logs/backbone.log"),

@@ -1,0 +1,85 @@
+"""One embedded world and backbone per machine: Snakemake's output cache restores them into another study."""
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dear.digest import damaged, write_digests
+from dear.io import files_under, restored_from_output_cache
+from tests import tiny_study
+from tests.engines import BIN, engine_env, make_project
+
+
+
+def snakemake(project: Path, cache: Path, *options: str) -> str:
+    result = subprocess.run([str(BIN / "snakemake"), "--cores", "2", *options, "backbone", "--cache"], cwd=project,
+                            env=dict(engine_env(), SNAKEMAKE_OUTPUT_CACHE=str(cache)), capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def contents(folder: Path) -> dict[str, str]:
+    """{relative path: sha256} of every file under `folder` (through links), Snakemake's timestamp left out."""
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in files_under(folder) if path.name != ".snakemake_timestamp"}
+
+
+def test_a_folder_restored_as_links_is_hashed_whole_and_a_changed_entry_is_found(tmp_path):
+    entry = tmp_path / ("ab" * 32)  # a cache entry, named by its provenance hash as Snakemake names them
+    (entry / "images" / "cat").mkdir(parents=True)
+    (entry / "images" / "cat" / "1.png").write_bytes(b"png")
+    (entry / "card.json").write_text("{}")
+    write_digests(entry, "world")
+    restored = tmp_path / "study" / "world"  # as `snakemake --cache` restores it: a link per top-level name
+    restored.mkdir(parents=True)
+    for name in ("images", "card.json", ".digest"):
+        (restored / name).symlink_to(entry / name)
+    (restored / ".snakemake_timestamp").touch()
+    assert [path.relative_to(restored).as_posix() for path in files_under(restored)] == \
+        [".digest/card.json.yaml", ".digest/folder.yaml", ".snakemake_timestamp", "card.json", "images/cat/1.png"]
+    assert restored_from_output_cache(restored) and not restored_from_output_cache(entry)
+    assert damaged(restored) is None
+    (entry / "images" / "cat" / "1.png").write_bytes(b"changed")
+    assert damaged(restored) == f"its files do not hash to {restored / '.digest' / 'folder.yaml'}"
+
+
+@pytest.mark.slow
+def test_a_second_study_gets_the_world_and_backbone_from_the_cache_byte_identical(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    text = yaml.safe_dump(tiny_study.params(), sort_keys=False)
+    first = make_project(tmp_path / "first", text)
+    made = snakemake(first, cache)
+    assert "Moving output file backbone to cache" in made and len(list(cache.iterdir())) == 2, made[-3000:]
+    second = make_project(tmp_path / "second", text)  # another clone on the same machine
+    again = snakemake(second, cache)
+    assert "Symlinking output file backbone/model.pt from cache" in again, again[-3000:]
+    for name in ("world", "backbone"):  # Snakemake makes each log file, empty: the stage did not run
+        log = second / "logs" / f"{name}.log"
+        assert not log.exists() or not log.read_text(), f"{name} ran again: {log.read_text()[-2000:]}"
+    for name in ("world", "backbone"):
+        assert contents(second / name) == contents(first / name) and contents(first / name)
+    assert ".digest/folder.yaml" in contents(second / "backbone")
+    assert any(path.count("/") > 1 for path in contents(second / "world")), "the world's image folders"
+    planned = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "1", "backbone"], cwd=second, env=engine_env(),
+                             capture_output=True, text=True, timeout=300)
+    assert "Nothing to be done" in planned.stdout + planned.stderr, planned.stdout[-3000:]
+
+    # a backbone remade by hand where the first study's is a link into the cache replaces the link, not the entry
+    entry = Path(os.readlink(first / "backbone"))
+    kept = contents(entry)
+    subprocess.run(["dear", "backbone", "--params", "params.yaml", "--world", "world", "--out", "backbone", "--set",
+                    "backbone.steps=5"], cwd=first, env=engine_env(), check=True, capture_output=True, timeout=600)
+    assert not (first / "backbone").is_symlink() and contents(entry) == kept
+
+    # a cache entry changed after it was stored is found while the second study plans, and its backbone rerun
+    (entry / "model.pt").write_bytes((entry / "model.pt").read_bytes() + b"\0")
+    planned = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "1", "backbone"], cwd=second, env=engine_env(),
+                             capture_output=True, text=True, timeout=300)
+    assert "restored from the output cache, but its files do not hash to backbone/.digest/folder.yaml" in \
+        planned.stdout + planned.stderr, planned.stdout[-3000:] + planned.stderr[-3000:]
