@@ -108,6 +108,36 @@ def tiny_depths(train: dict) -> dict:
     return train
 
 
+def invoke(*args, code: int = 0):
+    """`dear <args>` in this process (typer's runner); its exit code must be `code`."""
+    from typer.testing import CliRunner
+
+    from dear.cli import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == code, result.output
+    return result
+
+
+def prepared_project(root: Path, recipes: dict | None = None) -> Path:
+    """A study's output root with a fake dataset prepared (4 classes, 2 shots, seed 1) and a random tiny backbone;
+    its params file, whose training is one short epoch, with `recipes` ({method: {key: value}}) on top."""
+    from tests.fake_coop import make_fake_dataset, write_params
+
+    make_fake_dataset(root / "raw", "world_objects", n_classes=4, per_class=3)
+    params = write_params(root / "params.yaml", root=root / "raw", datasets=["world_objects"], shots=2, val_shots=1,
+                          seeds=[1])
+    raw = yaml.safe_load(params.read_text())
+    raw["train"] = yaml.safe_load(params_file(root / "small.yaml").read_text())["train"]
+    small_recipes(raw["train"], epochs=1)
+    for method, values in (recipes or {}).items():
+        raw["train"]["recipes"][method] = {**(raw["train"]["recipes"].get(method) or {}), **values}
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    invoke("prepare", "--params", params, "--dataset", "world_objects", "--out", root / "data/world_objects")
+    backbone(root / "backbone")
+    return params
+
+
 def save_that_fills_the_disk(real_save, failing_call: int = 2):
     """A `torch.save` stand-in whose `failing_call`-th call leaves a partial file and raises ENOSPC (a disk
     filling up during a checkpoint write); the other calls save for real."""

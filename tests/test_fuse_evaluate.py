@@ -13,14 +13,8 @@ from dear.cli import app
 from dear.data.manifest import classnames, read_fewshot, read_manifest, select
 from dear.io import read_provenance, sha256_file
 from dear.stages.fuse import fit_alpha
-from tests import fake_run
-from tests.fake_coop import make_fake_dataset, write_params
-
-
-def invoke(*args):
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return result
+from tests.fake_coop import make_fake_dataset
+from tests.fake_run import invoke, prepared_project
 
 
 def test_alpha_moves_to_the_only_informative_stream():
@@ -55,16 +49,7 @@ def test_per_class_hits_keep_each_image_in_list_order():
 def project(tmp_path_factory):
     """A prepared fake dataset, a random tiny backbone, and a trained dear_nomask run on it."""
     root = tmp_path_factory.mktemp("project")
-    make_fake_dataset(root / "raw", "world_objects", n_classes=4, per_class=3)
-    params = write_params(root / "params.yaml", root=root / "raw", datasets=["world_objects"], shots=2, val_shots=1,
-                          seeds=[1])
-    small = yaml.safe_load(fake_run.params_file(root / "small.yaml").read_text())
-    raw = yaml.safe_load(params.read_text())
-    raw["train"] = small["train"]
-    fake_run.small_recipes(raw["train"], epochs=1)
-    params.write_text(yaml.safe_dump(raw, sort_keys=False))
-    invoke("prepare", "--params", params, "--dataset", "world_objects", "--out", root / "data/world_objects")
-    fake_run.backbone(root / "backbone")
+    params = prepared_project(root)
     run = root / "runs/dear_nomask/world_objects/seed1"
     invoke("train", "--params", params, "--method", "dear_nomask", "--dataset", "world_objects", "--seed", 1,
            "--backbone", root / "backbone", "--fewshot", root / "data/world_objects/fewshot-seed1.parquet",

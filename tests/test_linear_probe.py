@@ -15,16 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
 
-from dear.cli import app
 from dear.data.manifest import classnames, read_manifest
 from dear.errors import DearError
 from dear.methods import REGISTRY, linear_probe
 from dear.methods.recipe import load
 from dear.model.trained import load_trained, save_trained
-from tests import fake_run
-from tests.fake_coop import make_fake_dataset, write_params
+from tests.fake_coop import make_fake_dataset
+from tests.fake_run import invoke, prepared_project
 from tests.methods_tools import MIXED_ROLES, Backbone, build
 from tests.tiny_clip import tiny_clip
 
@@ -180,24 +178,11 @@ def test_only_the_linear_probe_scores_some_class_lists_and_the_registry_says_why
         assert type(model).fits_features == (name == "linear_probe")
 
 
-def invoke(*args):
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return result
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """A prepared fake dataset, a random tiny backbone, and a linear probe trained, fused and evaluated on it."""
     root = tmp_path_factory.mktemp("lp")
-    make_fake_dataset(root / "raw", "world_objects", n_classes=4, per_class=3)
-    params = write_params(root / "params.yaml", root=root / "raw", datasets=["world_objects"], shots=2, val_shots=1,
-                          seeds=[1])
-    raw = yaml.safe_load(params.read_text())
-    raw["train"].setdefault("recipes", {})["linear_probe"] = {"search_steps": 2}
-    params.write_text(yaml.safe_dump(raw, sort_keys=False))
-    invoke("prepare", "--params", params, "--dataset", "world_objects", "--out", root / "data/world_objects")
-    fake_run.backbone(root / "backbone")
+    params = prepared_project(root, {"linear_probe": {"search_steps": 2}})
     run = root / "runs/linear_probe/world_objects"
     fewshot = root / "data/world_objects/fewshot-seed1.parquet"
     invoke("train", "--params", params, "--method", "linear_probe", "--dataset", "world_objects", "--seed", 1,

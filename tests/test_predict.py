@@ -5,21 +5,12 @@ import shutil
 
 import pyarrow.parquet as pq
 import pytest
-import yaml
-from typer.testing import CliRunner
 
-from dear.cli import app
 from dear.data.manifest import read_manifest
 from dear.io import read_provenance, sha256_file
 from tests import fake_run
-from tests.fake_coop import make_fake_dataset, write_params
+from tests.fake_run import invoke, prepared_project
 from tests.test_api import python_blocks
-
-
-def invoke(*args, code: int = 0):
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert result.exit_code == code, result.output
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -27,18 +18,9 @@ def project(tmp_path_factory):
     """A prepared fake dataset, a random tiny backbone, roles, and dear trained (base classes) and fused on it,
     laid out as a study's output root."""
     root = tmp_path_factory.mktemp("project")
-    make_fake_dataset(root / "raw", "world_objects", n_classes=4, per_class=3)
-    params = write_params(root / "params.yaml", root=root / "raw", datasets=["world_objects"], shots=2, val_shots=1,
-                          seeds=[1])
-    small = yaml.safe_load(fake_run.params_file(root / "small.yaml").read_text())
-    raw = yaml.safe_load(params.read_text())
-    raw["train"] = small["train"]
-    fake_run.small_recipes(raw["train"], epochs=1)
-    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    params = prepared_project(root)
     data = root / "data/world_objects"
-    invoke("prepare", "--params", params, "--dataset", "world_objects", "--out", data)
-    sha = fake_run.backbone(root / "backbone")
-    roles = fake_run.roles(root / "roles/world_objects/roles.parquet", sha)
+    roles = fake_run.roles(root / "roles/world_objects/roles.parquet", sha256_file(root / "backbone/model.pt"))
     run = root / "runs/dear/world_objects"
     invoke("train", "--params", params, "--method", "dear", "--dataset", "world_objects", "--seed", 1,
            "--backbone", root / "backbone", "--fewshot", data / "fewshot-seed1.parquet", "--roles", roles,
