@@ -72,11 +72,6 @@ def _tree(path: Path, mtime_ns: int) -> ast.Module:
     return ast.parse(path.read_text(), str(path))
 
 
-def tree(module: str) -> ast.Module:
-    path = module_file(module)
-    return _tree(path, path.stat().st_mtime_ns)
-
-
 def _type_checking_only(node: ast.AST) -> bool:
     test = getattr(node, "test", None)
     return isinstance(node, ast.If) and (
@@ -98,9 +93,14 @@ def _nodes(node: ast.AST):
 
 def imports(module: str) -> set[str]:
     """The package modules `module` imports anywhere in its code (each with the packages above it)."""
+    return set(_imports(module, *_stamped(module)))
+
+
+@lru_cache(maxsize=None)
+def _imports(module: str, path: Path, mtime_ns: int) -> frozenset[str]:
     package = module if is_package(module) else module.rpartition(".")[0]
     found: set[str] = set()
-    for node in _nodes(tree(module)):
+    for node in _nodes(_tree(path, mtime_ns)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -114,7 +114,7 @@ def imports(module: str) -> set[str]:
         elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args \
                 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
             found.add(node.args[0].value)
-    return {above for name in found if module_file(name) for above in _with_parents(name)} - {module}
+    return frozenset({above for name in found if module_file(name) for above in _with_parents(name)} - {module})
 
 
 def _is_import_module(func: ast.AST) -> bool:
@@ -149,12 +149,21 @@ def resources(modules: list[str]) -> list[str]:
         if path.is_file():
             names.setdefault(path.name, path)
             names.setdefault(path.stem, path)
-    found = set()
-    for module in modules:
-        for node in _nodes(_without_docstrings(tree(module))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
-                found.add(names[node.value])
+    found = {names[text] for module in modules for text in _strings(*_stamped(module)) if text in names}
     return sorted(str(path.relative_to(PACKAGE)) for path in found)
+
+
+def _stamped(module: str) -> tuple[Path, int]:
+    """(file, modification time): the key of the per-file caches below, so an edited file is read again."""
+    path = module_file(module)
+    return path, path.stat().st_mtime_ns
+
+
+@lru_cache(maxsize=None)
+def _strings(path: Path, mtime_ns: int) -> frozenset[str]:
+    """The string constants of a module's code (docstrings and help texts left out)."""
+    return frozenset(node.value for node in _nodes(_without_docstrings(_tree(path, mtime_ns)))
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str))
 
 
 def _without_docstrings(module: ast.Module) -> ast.Module:
@@ -183,9 +192,9 @@ def _registry(module: ast.Module, name: str) -> ast.Dict | None:
     return None
 
 
-def _normalised(path: Path) -> ast.Module:
+def _normalised(path: Path, mtime_ns: int) -> ast.Module:
     """The module at `path` as fingerprinted: no docstrings or help texts, its registry emptied (counted by entry)."""
-    module = _without_docstrings(_tree(path, path.stat().st_mtime_ns))
+    module = _without_docstrings(_tree(path, mtime_ns))
     name = REGISTRIES.get(_module_name(path))
     table = _registry(module, name) if name else None
     if table is not None:
@@ -200,8 +209,13 @@ def _module_name(path: Path) -> str:
 
 def registry_entries(module: str) -> dict[str, str]:
     """{key: sha256 of its entry's syntax tree} of the registry of `module` ({} if it has none)."""
+    return _registry_entries(module, *_stamped(module))
+
+
+@lru_cache(maxsize=None)
+def _registry_entries(module: str, path: Path, mtime_ns: int) -> dict[str, str]:
     name = REGISTRIES.get(module)
-    table = _registry(_without_docstrings(tree(module)), name) if name else None
+    table = _registry(_without_docstrings(_tree(path, mtime_ns)), name) if name else None
     if table is None:
         return {}
     return {key.value: hashlib.sha256(ast.dump(value, include_attributes=False).encode()).hexdigest()
@@ -211,8 +225,15 @@ def registry_entries(module: str) -> dict[str, str]:
 def file_fingerprint(relative: str) -> str:
     """sha256 of one package file: a module's syntax tree without docstrings, a YAML file's values, other bytes."""
     path = PACKAGE / relative
+    return _file_fingerprint(path, path.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=None)
+def _file_fingerprint(path: Path, mtime_ns: int) -> str:
+    """Why cached: planning the paper's study asks for the same ~60 files' prints once per job's code (342 jobs);
+    building each anew took 307 s there. Keyed by the file's time, an edit is read again."""
     if path.suffix == ".py":
-        text = ast.dump(_normalised(path), include_attributes=False)
+        text = ast.dump(_normalised(path, mtime_ns), include_attributes=False)
         return hashlib.sha256(text.encode()).hexdigest()
     if path.suffix in (".yaml", ".yml"):
         values = json.dumps(yaml.safe_load(path.read_text()), sort_keys=True, default=str)
