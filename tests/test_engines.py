@@ -141,7 +141,7 @@ def test_slurm_logs_of_another_config_must_go_under_its_root(project):
     """The Slurm profile's logs/slurm is the demo's folder: another config stops before its first job."""
     result = subprocess.run([str(BIN / "snakemake"), "--executor", "slurm", "--jobs", "1", "--configfile", PAPER,
                              "--slurm-logdir", "logs/slurm"], cwd=project, env=engine_env(),
-                            capture_output=True, text=True, timeout=900)
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert "add --slurm-logdir paper-vitb16/logs/slurm" in result.stdout + result.stderr
     assert not (project / "logs/slurm").exists() and not (project / "paper-vitb16/logs/slurm").exists()
@@ -151,7 +151,7 @@ def test_slurm_logs_of_another_config_must_go_under_its_root(project):
 
 def plan(project: Path, *options: str, dry: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "snakemake"), *(["-n"] if dry else []), "--cores", "1", *options], cwd=project,
-                          env=engine_env(), capture_output=True, text=True, timeout=900)
+                          env=engine_env(), capture_output=True, text=True, timeout=300)
 
 
 def test_a_dry_run_stops_on_a_config_problem_with_the_lines_of_dear_check(tmp_path):
