@@ -18,6 +18,7 @@ Left out on purpose, as they never change an output: workers, checkpoint spacing
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from dear.params import Params, sanity_on
@@ -45,10 +46,28 @@ def reads(params: Params, stage: str, method: str | None = None, dataset: str | 
     keys = STAGES[stage](params, values, method, dataset, classes)
     if shots is not None and stage == "train":  # a few-shot run: its recipe's few_shot layers for K
         recipe = params.train.recipe(method, dataset, "few_shot", shots)
-        keys = ["data.seeds", "compute.device", *recipe.keys_read]
+        keys = ["data.seeds", "compute.device", "compute.reproducible", *recipe.keys_read]
     if shots is not None and stage == "evaluate":  # its own dataset only, with the model's own prompt
         keys = [*SCORING, "fusion.novel"]
-    return {key: values.get(key) for key in sorted(dict.fromkeys(keys))}
+    read = {key: values.get(key) for key in sorted(dict.fromkeys(keys))}
+    return {**read, **_files_read(params, dataset)} if stage == "prepare" else read
+
+
+FILE_VALUED = ("classnames", "base_classes")  # data.custom.<name>.<key>: a mapping or list, or a file holding it
+
+
+def _files_read(params: Params, dataset: str | None) -> dict[str, str | None]:
+    """{"data.custom.<dataset>.<key>#sha256": the file's sha256} for each FILE_VALUED key given as a file: the
+    config names the file, its lines are the values, so an edited file reruns `prepare` (None: no such file)."""
+    from dear.io import sha256_file
+
+    entry = params.data.custom.get(dataset) if dataset else None
+    found = {}
+    for key in FILE_VALUED:
+        value = getattr(entry, key, None)
+        if isinstance(value, str):
+            found[f"data.custom.{dataset}.{key}#sha256"] = sha256_file(value) if Path(value).is_file() else None
+    return found
 
 
 def _under(values: dict, *prefixes: str) -> list[str]:

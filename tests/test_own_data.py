@@ -276,3 +276,18 @@ def test_one_csv_file_per_split_gives_the_same_manifest(in_tmp):
 def test_a_key_its_format_ignores_or_a_template_without_a_slot_is_refused(tmp_path, extra, words):
     with pytest.raises(DearError, match=re.escape(words)):
         load_params(params_file(tmp_path, mine={**FOLDER, **extra}))
+
+
+def test_a_names_or_base_classes_file_is_read_by_its_content(in_tmp):
+    """The config names the file; its lines are the values: an edited file makes prepare's values (its values
+    file in both engines, the record dear.stale compares) differ, so prepare and what reads it rerun."""
+    (in_tmp / "names.txt").write_text("".join(f"{key} {key.replace('_', ' ')}\n" for key in CLASSES))
+    keys = sorted(CLASSES)
+    (in_tmp / "base.txt").write_text(f"{keys[0]}\n")
+    params = load_params(params_file(in_tmp, mine={**FOLDER, "classnames": "names.txt", "base_classes": "base.txt"}))
+    before = reads(params, "prepare", dataset="mine")
+    assert set(before) >= {"data.custom.mine.classnames#sha256", "data.custom.mine.base_classes#sha256"}
+    (in_tmp / "base.txt").write_text(f"{keys[1]}\n")
+    after = reads(params, "prepare", dataset="mine")
+    assert {key for key in before if before[key] != after[key]} == {"data.custom.mine.base_classes#sha256"}
+    assert "data.custom.mine.classnames#sha256" not in reads(params, "train", "coop", "mine")
