@@ -11,7 +11,7 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 export SNAKEMAKE_OUTPUT_CACHE ?= $(HOME)/.cache/dear/snakemake
 CACHE := --cache
 
-.PHONY: demo demo-fewshot smoke test test-cluster bench install clean clean-cache
+.PHONY: demo demo-fewshot smoke test test-slow test-cluster bench install clean clean-cache
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv .venv
@@ -43,8 +43,13 @@ smoke: $(STAMP)
 	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/smoke.yaml $(CACHE)
 	@echo "Every stage ran: smoke/report/results.md (its numbers mean nothing; make demo runs the demo study)."
 
+# the suite in two parts (docs/testing.md): `test` everything but the end-to-end runs marked `slow` (~5 minutes on
+# 2 cores), `test-slow` those (whole tiny studies through both engines, ~13 minutes); CI runs both
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist loadgroup -q
+	$(PY) -m pytest -n 2 --dist loadgroup -q -m "not slow and not cluster"
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadgroup -q -m "slow and not cluster"
 
 # The pipeline on a real one-node Slurm (root; installs slurm-wlm + munge with apt-get on first use).
 # Slurm is stopped again even when the tests fail or are interrupted.
