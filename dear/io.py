@@ -172,9 +172,9 @@ def files_under(folder: str | os.PathLike) -> list[Path]:
 
 def in_output_cache(link: Path) -> bool:
     """True when `link` points into Snakemake's between-workflow output cache (its entries are named by a 64-hex
-    provenance hash): an output restored from there is replaced by a rerun, never written through, as other
-    studies share the entry (docs/engines.md)."""
-    return bool(re.fullmatch(r"[0-9a-f]{64}(\..*)?", Path(os.readlink(link)).name))
+    provenance hash; a restored folder's links point into one): an output restored from there is replaced by a
+    rerun, never written through, as other studies share the entry (docs/engines.md)."""
+    return any(re.fullmatch(r"[0-9a-f]{64}(\..*)?", part) for part in Path(os.readlink(link)).parts)
 
 
 def restored_from_output_cache(folder: Path) -> bool:
@@ -183,11 +183,7 @@ def restored_from_output_cache(folder: Path) -> bool:
     folder = Path(folder)
     if folder.is_symlink():
         return in_output_cache(folder)
-    return folder.is_dir() and any(entry.is_symlink() and _links_into_cache(entry) for entry in folder.iterdir())
-
-
-def _links_into_cache(link: Path) -> bool:
-    return any(re.fullmatch(r"[0-9a-f]{64}", part) for part in Path(os.readlink(link)).parts)
+    return folder.is_dir() and any(entry.is_symlink() and in_output_cache(entry) for entry in folder.iterdir())
 
 
 def _remove(path: Path) -> None:
