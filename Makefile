@@ -44,7 +44,7 @@ smoke: $(STAMP)
 	@echo "Every stage ran: smoke/report/results.md (its numbers mean nothing; make demo runs the demo study)."
 
 # the suite in two parts (docs/testing.md): `test` everything but the end-to-end runs marked `slow` (~5 minutes on
-# 2 cores), `test-slow` those (whole tiny studies through both engines, ~13 minutes); CI runs both
+# 2 cores), `test-slow` those (whole tiny studies through both engines, ~15-19 minutes); CI runs both
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadgroup -q -m "not slow and not cluster"
 
