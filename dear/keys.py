@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dear.io import sha256_file
 from dear.params import Params, sanity_on
 
 
@@ -59,8 +60,6 @@ FILE_VALUED = ("classnames", "base_classes")  # data.custom.<name>.<key>: a mapp
 def _files_read(params: Params, dataset: str | None) -> dict[str, str | None]:
     """{"data.custom.<dataset>.<key>#sha256": the file's sha256} for each FILE_VALUED key given as a file: the
     config names the file, its lines are the values, so an edited file reruns `prepare` (None: no such file)."""
-    from dear.io import sha256_file
-
     entry = params.data.custom.get(dataset) if dataset else None
     found = {}
     for key in FILE_VALUED:

@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dear.digest import damaged, write_digests
+from dear.digest import SNAKEMAKE_STAMP, damaged, write_digests
 from dear.io import files_under, restored_from_output_cache
 from tests import tiny_study
 from tests.engines import BIN, engine_env, make_project
-
 
 
 def snakemake(project: Path, cache: Path, *options: str) -> str:
@@ -26,7 +25,7 @@ def snakemake(project: Path, cache: Path, *options: str) -> str:
 def contents(folder: Path) -> dict[str, str]:
     """{relative path: sha256} of every file under `folder` (through links), Snakemake's timestamp left out."""
     return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in files_under(folder) if path.name != ".snakemake_timestamp"}
+            for path in files_under(folder) if path.name != SNAKEMAKE_STAMP}
 
 
 def test_a_folder_restored_as_links_is_hashed_whole_and_a_changed_entry_is_found(tmp_path):

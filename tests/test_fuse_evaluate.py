@@ -6,10 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
 
 from dear import evaluation
-from dear.cli import app
 from dear.data.manifest import classnames, read_fewshot, read_manifest, select
 from dear.io import read_provenance, sha256_file
 from dear.stages.fuse import fit_alpha
@@ -135,10 +133,10 @@ def test_evaluate_rejects_a_fusion_file_without_alpha(project, tmp_path):
     root, params, run = project
     bad = tmp_path / "fusion.json"
     bad.write_text("{}")
-    result = CliRunner().invoke(app, ["evaluate", "--params", str(params), "--model", str(run / "model.pt"),
-                                      "--fusion", str(bad), "--source", str(root / "data/world_objects"),
-                                      "--backbone", str(root / "backbone"), "--out", str(tmp_path / "out")])
-    assert result.exit_code == 1 and "no 'alpha'" in result.output
+    result = invoke("evaluate", "--params", params, "--model", run / "model.pt", "--fusion", bad,
+                    "--source", root / "data/world_objects", "--backbone", root / "backbone", "--out", tmp_path / "out",
+                    code=1)
+    assert "no 'alpha'" in result.output
     assert not (tmp_path / "out").exists()
 
 
