@@ -65,7 +65,7 @@ bench: $(STAMP)
 
 # the demo's outputs (data/, runs/ and transfer/ keep their .gitignore: dvc.yaml needs the folders); the cache stays
 clean:
-	rm -rf .snakemake .dear world backbone roles report logs checkpoints dvc_plots .dvc/tmp .dvc/cache data/* runs/* transfer/* smoke
+	rm -rf .snakemake .dear world backbone roles report logs checkpoints dvc_plots .dvc/tmp .dvc/cache data/* runs/* transfer/* results/* smoke
 
 # the machine's cache of worlds and backbones (every study and clone that used it draws and trains them anew)
 clean-cache:

@@ -19,8 +19,8 @@ include: "workflow/rules/report.smk"
 
 rule all:
     input:
-        rooted("report/results.md"),
-        expand(rooted("data/{dataset}/manifest.parquet"), dataset=PARAMS.data.datasets),  # data.datasets: all prepared
+        rooted("report"),
+        expand(rooted("data/{dataset}"), dataset=PARAMS.data.datasets),  # data.datasets: all prepared
 
 
 # Before the first job (one handler: a second `onstart:` would replace this one), not in dry runs,

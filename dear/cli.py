@@ -170,6 +170,7 @@ def job_record(stage: str, params, inputs: dict) -> dict:
     args = {"train": lambda: dict(method=inputs["method"] or params.train.method, dataset=inputs["dataset"],
                                   classes=inputs["classes"], **shots),
             "prepare": lambda: dict(dataset=inputs["dataset"]),
+            "collect": lambda: dict(method=inputs["method"]),
             "fuse": lambda: dict(method=inputs["method"], classes=inputs["classes"]),
             "evaluate": lambda: dict(method=inputs["method"], classes=inputs["classes"], **shots)}.get(stage, dict)()
     try:
@@ -451,6 +452,21 @@ def evaluate(
                outputs=dict(folder=out), seeds=seed)
 
 
+@app.command()
+def collect(
+    method: str = typer.Option(..., help="a method of study.methods: every evaluation of it in the study is listed"),
+    out: Path = typer.Option(..., help="output folder: runs.json (results/<method>)"),
+    params: Path = ParamsOption,
+    log: Optional[Path] = LogOption,
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """List one method's runs for the report.
+
+    Each evaluation of the study, its model and train log, with their sha256.
+    """
+    _run_stage("collect", params, overrides, log, inputs=dict(method=method), outputs=dict(folder=out))
+
+
 def _classes(value: str) -> str:
     if value not in ("base", "all"):
         typer.echo(f"error: --classes must be base or all, got {value!r}", err=True)
@@ -459,7 +475,7 @@ def _classes(value: str) -> str:
 
 
 REPORT_LISTS = {"--evals": "evals", "--train-logs": "train_logs", "--roles": "roles", "--models": "models",
-                "--benchmarks": "benchmarks"}
+                "--benchmarks": "benchmarks", "--runs": "runs"}
 
 
 class _FileListsCommand(typer.core.TyperCommand):
@@ -477,8 +493,10 @@ class _FileListsCommand(typer.core.TyperCommand):
 
 @app.command(
     cls=_FileListsCommand,
-    epilog="File lists: --evals EVAL.parquet... (required), --train-logs TRAIN_LOG.parquet..., "
+    epilog="File lists: --evals EVAL.parquet... (required unless --runs), --train-logs TRAIN_LOG.parquet..., "
            "--roles roles/<dataset>/heatmap.png..., --models MODEL.pt... (the record of the run), "
+           "--runs RUNS.json... (`dear collect`'s results/<method>/runs.json: the evaluations, models and train logs "
+           "of each method's runs, what both engines pass), "
            "--benchmarks LOGS_FOLDER (its *.benchmark.tsv: each job's time and memory). Each list takes every path "
            "up to the next option, so shell globs work (--evals runs/*/*/eval/seed*/eval.parquet).",
 )
@@ -487,8 +505,11 @@ def report(
     out: Path = typer.Option(..., help="output folder: results.md/csv, metrics.json, pictures, plots/"),
     evals: Optional[List[Path]] = typer.Option(
         None, "--evals", metavar="EVAL.parquet...",
-        help="(required) eval tables of `dear evaluate`; takes every path up to the next option, so shell globs "
+        help="eval tables of `dear evaluate` (or --runs); takes every path up to the next option, so shell globs "
              "work: --evals runs/*/*/eval/seed*/eval.parquet"),
+    runs: Optional[List[Path]] = typer.Option(
+        None, "--runs", metavar="RUNS.json...", help="results/<method>/runs.json of `dear collect`: their evaluations, "
+                                                     "models and train logs, each checked by sha256; as --evals"),
     train_logs: Optional[List[Path]] = typer.Option(
         None, "--train-logs", metavar="TRAIN_LOG.parquet...", help="train logs of `dear train` (loss curves), as --evals"),
     roles: Optional[List[Path]] = typer.Option(

@@ -70,6 +70,8 @@ def jobs(params: Params) -> list[Job]:
                 {"method": method, "classes": classes, **shots}
             found.append(Job(name, stage, args, f"{where}/{folder}",
                              tuple((seed, f"{where}/{folder}/seed{seed}/{file}") for seed in seeds), method, dataset))
+    found += [Job(f"collect@{method}", "collect", {"method": method}, f"{r}results/{method}",
+                  ((None, f"{r}results/{method}/runs.json"),), method) for method in study.methods]
     found.append(Job("report", "report", {}, f"{r}report", ((None, f"{r}report/provenance.json"),)))
     return found
 

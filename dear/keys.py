@@ -137,5 +137,10 @@ def _report(params, values, method, dataset, classes) -> list[str]:
     return ["data.seeds", *_under(values, "report")]
 
 
+def _collect(params, values, method, dataset, classes) -> list[str]:
+    """Which runs of the method the study has: its protocols' datasets and the seeds (not the other methods)."""
+    return ["data.seeds", *_under(values, "study.base_to_novel", "study.transfer", "study.few_shot")]
+
+
 STAGES = {"world": _world, "backbone": _backbone, "prepare": _prepare, "profile": _profile, "train": _train,
-          "fuse": _fuse, "evaluate": _evaluate, "report": _report, "predict": _predict}
+          "fuse": _fuse, "evaluate": _evaluate, "collect": _collect, "report": _report, "predict": _predict}

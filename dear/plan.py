@@ -19,7 +19,7 @@ passes (from the architecture's config: layers, width, tokens):
   validation shots, the dataset's own test images;
 - profile: profile.max_images images; backbone: its pretraining steps ×
   batch (0 for weights that are only loaded); prepare: the images listed;
-  world, report: one job's time.
+  world, collect, report: one job's time.
 `runs` is the seeds a job runs (train, fuse, evaluate; 1 for the other
 stages): each seed builds and loads its model again. `overhead` and `rate`
 are fitted per stage over the record's jobs by
@@ -199,7 +199,7 @@ def planned_jobs(params: Params) -> list[str]:
         jobs += [f"{rule}/{m}/{d}" for m in methods for d in study.base_to_novel]
         jobs += [f"{rule}_transfer/{m}" for m in methods] if study.transfer_on is not None else []
         jobs += [f"{rule}_fewshot/{m}/{d}/shots{k}" for m in methods for d, k in study.few_shot_runs()]
-    return jobs
+    return jobs + [f"collect/{m}" for m in methods]
 
 
 def work(params: Params, job: str) -> float:
@@ -259,7 +259,7 @@ def work(params: Params, job: str) -> float:
     if rule == "backbone":
         pretraining = params.model.pretrained == "embedded"
         return params.backbone.steps * params.backbone.batch_size * 3 * image if pretraining else 0.0
-    return 1.0  # world, report: one job's time
+    return 1.0  # world, collect, report: one job's time
 
 
 def recipe(params: Params, method: str, dataset: str, transfer: bool) -> tuple[int, int]:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # fake_coop, as pytest's rootdir confte
 
 from dear.cli import app  # noqa: E402
 from dear.data.manifest import FEWSHOT_SCHEMA, MANIFEST_SCHEMA  # noqa: E402
-from dear.io import sha256_file, write_parquet  # noqa: E402
+from dear.io import read_provenance, sha256_file, write_parquet  # noqa: E402
 from fake_coop import make_fake_dataset, write_params  # noqa: E402
 from tests import fake_run  # noqa: E402
 
@@ -573,6 +573,47 @@ RECORD = [
          setup=_crafted("model.pt")),
 ]
 
+def _evaluated_from(model: str) -> Callable[[Inputs, Path, pytest.MonkeyPatch], None]:
+    """The study's first evaluation of coop in the case's folder, recording `model` with the sha256 of the real one,
+    and `model` holding other bytes (a model retrained after the evaluation)."""
+    def setup(inputs: Inputs, here: Path, patch) -> None:
+        source = inputs.root / "runs/coop/world_objects/eval/seed1/eval.parquet"
+        made = read_provenance(source)
+        made["inputs"]["model"] = model
+        table = pq.read_table(source)
+        write_parquet(here / "runs/coop/world_objects/eval/seed1/eval.parquet", table, table.schema.remove_metadata(),
+                      made)
+        (here / model).write_bytes(inputs.model.read_bytes() + b"retrained")
+    return setup
+
+
+def _listing(sha256: str) -> Callable[[Inputs, Path, pytest.MonkeyPatch], None]:
+    def setup(inputs: Inputs, here: Path, patch) -> None:
+        evaluation = str(inputs.root / "runs/coop/world_objects/eval/seed1/eval.parquet")
+        (here / "runs.json").write_text(json.dumps({"method": "coop", "runs": [
+            {"job": "evaluate@coop-world_objects", "seed": 1, "eval": evaluation, "model": None, "train_log": None,
+             "sha256": {"eval": sha256, "model": None, "train_log": None}}]}))
+    return setup
+
+
+COLLECT = [  # `dear collect` and the report reading its lists
+    Case("no-evaluation-collect", "collect", "a run of the study not evaluated yet",
+         ["runs/coop/world_objects/eval/seed1/eval.parquet: not found", "evaluate@coop-world_objects",
+          "run that evaluation first"],
+         lambda i: with_params(["collect", "--method", "coop", "--out", "out"], str(i.params))),
+    Case("model-changed-collect", "collect", "a model.pt changed after its evaluation",
+         ["model.pt changed after it was evaluated", "rerun evaluate@coop-world_objects"],
+         lambda i: with_params(["collect", "--method", "coop", "--out", "out"], str(i.params)),
+         setup=_evaluated_from("model.pt")),
+    Case("method-not-in-study-collect", "collect", "--method of no study method",
+         ["--method clip_adapter", "not one of study.methods"],
+         lambda i: with_params(["collect", "--method", "clip_adapter", "--out", "out"], str(i.params))),
+    Case("listed-file-changed-report", "report", "--runs: a runs.json whose eval table changed since it was listed",
+         ["eval.parquet: changed since runs.json listed it", "rerun `dear collect`"],
+         _report_with("--runs", "runs.json"), setup=_listing("0" * 64)),
+]
+
+
 def _few_shot(section) -> Callable[[dict], None]:
     return lambda raw: raw["study"].__setitem__("few_shot", section)
 
@@ -623,7 +664,8 @@ PREDICT = [
 ]
 
 
-CASES = PARAMS + YAML + NUMBERS + FILESYSTEM + IMAGES + DATA + OWN_DATA + LOADING + RECORD + PREDICT + FEW_SHOT
+CASES = PARAMS + YAML + NUMBERS + FILESYSTEM + IMAGES + DATA + OWN_DATA + LOADING + RECORD + PREDICT + FEW_SHOT \
+    + COLLECT
 
 
 # --- running one ------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 # What a fresh clone holds of the pipeline (the kept output folders' .gitignore included)
 PIPELINE_FILES = ["Snakefile", "dvc.yaml", "workflow", "dear", "configs", ".dvcignore",
-                  "data/.gitignore", "runs/.gitignore", "transfer/.gitignore", "fewshot/.gitignore"]
+                  "data/.gitignore", "runs/.gitignore", "transfer/.gitignore", "fewshot/.gitignore",
+                  "results/.gitignore"]
 
 
 @dataclass

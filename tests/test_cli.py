@@ -12,7 +12,7 @@ from dear.params import load_params
 from tests.fake_run import ROOT
 from tests.fake_coop import make_fake_dataset, write_params
 
-PIPELINE = ["world", "backbone", "prepare", "profile", "train", "fuse", "evaluate", "report"]
+PIPELINE = ["world", "backbone", "prepare", "profile", "train", "fuse", "evaluate", "collect", "report"]
 
 
 def test_version():

@@ -14,16 +14,24 @@ PAPER = "configs/paper-vitb16.yaml"
 
 
 def assert_same_graph(snake: dict, dvc: dict) -> None:
+    """Same commands, and every path of one engine lies in a path of the other, either way: Snakemake names
+    each job's output folder, as input and output, where DVC may name files in it (the digest of roles.parquet,
+    the report's metrics and plots), and DVC may name a folder holding Snakemake's (runs/, data/)."""
     assert set(snake) == set(dvc), f"commands differ: only Snakemake {sorted(set(snake) - set(dvc))[:2]}, " \
                                    f"only DVC {sorted(set(dvc) - set(snake))[:2]}"
     for command in snake:
         s, d = snake[command], dvc[command]
         for kind in ("deps", "outs"):
             mine, theirs = getattr(s, kind), getattr(d, kind)
-            only_snakemake = sorted(path for path in mine if not covered(path, theirs))
-            only_dvc = sorted(other for other in theirs if not any(covered(path, {other}) for path in mine))
+            only_snakemake = sorted(path for path in mine if not any(nested(path, other) for other in theirs))
+            only_dvc = sorted(other for other in theirs if not any(nested(path, other) for path in mine))
             assert not only_snakemake, f"{command}: Snakemake {kind} missing from dvc.yaml: {only_snakemake}"
             assert not only_dvc, f"{command}: dvc.yaml {kind} missing from the Snakefile: {only_dvc}"
+
+
+def nested(a: str, b: str) -> bool:
+    """`a` and `b` are the same path, or one lies in the other."""
+    return covered(a, {b}) or covered(b, {a})
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +43,16 @@ def test_both_engines_declare_the_same_commands_deps_and_outs(project):
     assert_same_graph(snakemake_graph(project), dvc_graph(project))
 
 
+def test_the_demo_s_job_headers_are_lines_a_person_reads(project):
+    """`snakemake -n` on the demo: no line over 300 characters (folders per job, one input per method for the
+    report), and the report's input names each method's folder once."""
+    text = run([str(BIN / "snakemake"), "-n", "-F", "--cores", "2"], project).stdout
+    long = [line[:120] for line in text.splitlines() if len(line) > 300]
+    assert not long, long
+    report = text.split("\nrule report:\n")[1].split("\n")[0]
+    assert report.count("results/") == len(yaml.safe_load((project / "params.yaml").read_text())["study"]["methods"])
+
+
 def test_every_stage_depends_on_the_code_it_runs(project):
     """One code file per job, no source file: it lists the stage's module (and the method's) among the files it runs."""
     snakemake_graph(project)  # the Snakefile writes the code files, as DVC's check stage does
@@ -44,7 +62,10 @@ def test_every_stage_depends_on_the_code_it_runs(project):
         assert len(code) == 1 and not any(dep.startswith("dear/") for dep in step.deps), (command, step.deps)
         files = yaml.safe_load((project / code[0]).read_text())["files"]
         assert f"dear/stages/{stage}.py" in files, f"{stage} does not list its own module"
-        if "--method" in words:
+        if stage == "collect":  # lists a method's runs, runs no method's module
+            assert code[0] == ".dear/code/collect.yaml"
+            assert not {f"dear/methods/{name}.py" for name in ("coop", "maple", "mmrl", "dear")} & set(files)
+        elif "--method" in words:
             method = words[words.index("--method") + 1]
             assert code[0] == f".dear/code/{stage}-{method}.yaml"
             assert f"dear/methods/{method.removesuffix('_nomask')}.py" in files
@@ -80,7 +101,7 @@ def test_another_config_runs_under_its_own_root_with_its_own_values_in_both_engi
 def test_merged_configs_are_written_for_the_jobs_to_read(project):
     """Several --configfile (or --config) make a config no file holds: it is written under the root, jobs read it."""
     (project / "overlay.yaml").write_text("report:\n  decimals: 3\n")
-    plan = snakemake_graph(project, ["report/results.md"], ["--configfile", "params.yaml", "overlay.yaml"])
+    plan = snakemake_graph(project, ["report"], ["--configfile", "params.yaml", "overlay.yaml"])
     merged = project / "logs/snakemake-config.yaml"
     assert all(f"--params {merged.relative_to(project)} " in command for command in plan)
     used = yaml.safe_load(merged.read_text())
@@ -216,17 +237,17 @@ def study_config(tmp_path: Path, name: str, change) -> str:
 
 @pytest.mark.parametrize("name, change, stages", [
     ("no-transfer", lambda raw: raw["study"].update(transfer=None), {"backbone", "prepare", "profile", "train", "fuse",
-                                                                    "evaluate", "report"}),
+                                                                    "evaluate", "collect", "report"}),
     ("transfer-disabled", lambda raw: raw["study"]["transfer"].update(enabled=False),
-     {"backbone", "prepare", "profile", "train", "fuse", "evaluate", "report"}),
+     {"backbone", "prepare", "profile", "train", "fuse", "evaluate", "collect", "report"}),
     ("transfer-only", lambda raw: raw["study"].update(base_to_novel=[]),
-     {"backbone", "prepare", "profile", "train_transfer", "fuse_transfer", "evaluate_transfer", "report"}),
+     {"backbone", "prepare", "profile", "train_transfer", "fuse_transfer", "evaluate_transfer", "collect", "report"}),
     ("few-shot-only", lambda raw: raw["study"].update(base_to_novel=[], transfer=None,
                                                       few_shot={"datasets": ["dtd", "eurosat"], "shots": [1, 4]}),
-     {"backbone", "prepare", "profile", "train_fewshot", "fuse_fewshot", "evaluate_fewshot", "report"}),
+     {"backbone", "prepare", "profile", "train_fewshot", "fuse_fewshot", "evaluate_fewshot", "collect", "report"}),
     ("few-shot-disabled", lambda raw: raw["study"].update(
         transfer=None, few_shot={"enabled": False, "datasets": ["dtd"], "shots": [1, 4]}),
-     {"backbone", "prepare", "profile", "train", "fuse", "evaluate", "report"}),
+     {"backbone", "prepare", "profile", "train", "fuse", "evaluate", "collect", "report"}),
 ])
 def test_a_protocol_that_is_off_makes_no_job_in_either_engine(project, tmp_path, name, change, stages):
     config = study_config(project, name, change)

@@ -205,12 +205,14 @@ def test_the_cost_plan_prices_only_the_jobs_a_study_runs(params):
 
 def test_few_shot_jobs_read_their_own_shot_counts_keys_and_no_transfer_key(params):
     """A few-shot run reads its recipe's few_shot keys for its own K; its evaluation reads no transfer key; prepare
-    of a few-shot dataset reads the shot counts (its per-K tables), the other datasets' prepare does not."""
+    of a few-shot dataset reads the shot counts (its per-K tables), the other datasets' prepare does not; collect
+    reads them (which runs a method has)."""
     study = changed(params, "study.few_shot", {"datasets": ["world_objects_sketch"], "shots": [1, 4]})
     study = changed(study, "train.recipes.coop.few_shot", {"shots": {1: {"epochs": 3}}})
     key = "train.recipes.coop.few_shot.shots.1.epochs"
     assert readers(study, key) == {"train_fewshot@coop-world_objects_sketch-1"}
-    assert readers(study, "study.few_shot.shots") == {"prepare@world_objects_sketch"}
+    assert readers(study, "study.few_shot.shots") == {"prepare@world_objects_sketch",  # and each method's run list
+                                                      *(f"collect@{method}" for method in params.study.methods)}
     evaluate = study_jobs.find(study, "evaluate_fewshot@coop-world_objects_sketch-4")
     assert evaluate.args == {"method": "coop", "classes": "all", "shots": 4}
     assert not any(name.startswith("study.transfer") for name in reads(study, "evaluate", **evaluate.args))

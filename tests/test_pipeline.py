@@ -176,13 +176,24 @@ def test_validate_profile_shows_where_each_concept_enters_the_embedding(snakemak
 
 # --- provenance-checked caching: both engines rerun what was made otherwise than the config says -------
 
-DOWNSTREAM_OF_BACKBONE = {"backbone", "profile", "report",
+COLLECTS = {f"collect@{method}" for method in ("zeroshot", "dear", "maple")}
+DOWNSTREAM_OF_BACKBONE = {"backbone", "profile", "report", *COLLECTS,
                           *(f"{stage}@{method}-world_objects" for stage in ("train", "fuse", "evaluate")
                             for method in ("zeroshot", "dear", "maple")),
                           *(f"{stage}_transfer@{method}" for stage in ("train", "fuse", "evaluate")
                             for method in ("zeroshot", "dear", "maple"))}
 READERS_OF_DEAR_LR = {"train@dear-world_objects", "fuse@dear-world_objects", "evaluate@dear-world_objects",
-                      "train_transfer@dear", "fuse_transfer@dear", "evaluate_transfer@dear", "report"}
+                      "train_transfer@dear", "fuse_transfer@dear", "evaluate_transfer@dear", "collect@dear", "report"}
+
+
+def dvc_plans(snakemake_plans: set[str]) -> set[str]:
+    """What DVC's dry run plans where Snakemake plans `snakemake_plans`: every method's collect where some run is
+    out of date (DVC's collect reads runs/ and transfer/ whole: folders a fresh clone has, dvc.yaml), and not the
+    report, whose input (results/) changes only once a collect has rerun (a real `dvc repro` reruns it then)."""
+    runs = {job for job in snakemake_plans if job.split("@")[0] in ("train", "fuse", "evaluate", "train_transfer",
+                                                                    "fuse_transfer", "evaluate_transfer")}
+    return (snakemake_plans | (COLLECTS if runs else set())) - ({"report"} if runs and "profile" not in
+                                                                 snakemake_plans else set())
 
 
 def hand_made_backbone(tree: Path) -> None:
@@ -218,7 +229,8 @@ def test_snakemake_reruns_a_hand_made_training_run_and_what_reads_it(snakemake_p
          "--set", "train.recipes.dear.lr=5.0e-3"], tree)
     plan = run([str(BIN / "snakemake"), "-n", "--cores", "1"], tree)
     assert snakemake_planned(plan.stdout) == {"train@dear-world_objects", "fuse@dear-world_objects",
-                                              "evaluate@dear-world_objects", "report"}, plan.stdout[-3000:]
+                                              "evaluate@dear-world_objects", "collect@dear", "report"}, \
+        plan.stdout[-3000:]
     lines = out_of_date(plan.stdout + plan.stderr)
     assert "train@dear-world_objects: train.recipes.dear.lr 0.005 -> (not set)" in lines
     assert "fuse@dear-world_objects: its input runs/dear/world_objects/train/seed1/model.pt changed" in lines
@@ -243,7 +255,7 @@ def test_a_changed_key_reruns_only_the_jobs_that_read_it_in_both_engines_naming_
     assert changed == [("train@dear-world_objects", "train.recipes.dear.lr"),
                        ("train_transfer@dear", "train.recipes.dear.lr")], status
     dry = run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout
-    assert dvc_ran(dry) == READERS_OF_DEAR_LR | {"check"}, dry[-3000:]
+    assert dvc_ran(dry) == dvc_plans(READERS_OF_DEAR_LR) | {"check"}, dry[-3000:]
 
 
 def test_dvc_plans_a_hand_made_backbone_and_everything_downstream_and_says_why(snakemake_project, tmp_path):
@@ -251,11 +263,12 @@ def test_dvc_plans_a_hand_made_backbone_and_everything_downstream_and_says_why(s
     hand_made_backbone(tree)
     status = run([str(BIN / "dvc"), "status"], tree).stdout
     assert "backbone:\n\tchanged outs:\n\t\tmodified:           backbone" in status, status
-    # every stage reading the backbone's digest; the report reads runs/ and transfer/, changed once they rerun
-    assert set(re.findall(r"^(\S+):$", status, re.M)) == DOWNSTREAM_OF_BACKBONE - {"report"} | {"check"}, status
+    # every stage reading the backbone's digest; collect reads runs/ and transfer/, changed once they rerun
+    assert set(re.findall(r"^(\S+):$", status, re.M)) == DOWNSTREAM_OF_BACKBONE - {"report", *COLLECTS} | {"check"}, \
+        status
     check = run([str(BIN / "dvc"), "repro", "check"], tree)
     assert out_of_date(check.stdout + check.stderr)[0] == "backbone: backbone.steps 20 -> 60"
-    assert dvc_ran(run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout) == DOWNSTREAM_OF_BACKBONE | {"check"}
+    assert dvc_ran(run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout) == dvc_plans(DOWNSTREAM_OF_BACKBONE) | {"check"}
 
 
 def test_dvc_reruns_a_foreign_output_it_was_told_to_accept(snakemake_project, tmp_path):
@@ -266,7 +279,7 @@ def test_dvc_reruns_a_foreign_output_it_was_told_to_accept(snakemake_project, tm
     assert dvc_ran(run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout) == {"check"}  # DVC alone: up to date
     check = run([str(BIN / "dvc"), "repro", "check"], tree)
     assert out_of_date(check.stdout + check.stderr)[0] == "backbone: backbone.steps 20 -> 60"
-    assert dvc_ran(run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout) == DOWNSTREAM_OF_BACKBONE | {"check"}
+    assert dvc_ran(run([str(BIN / "dvc"), "repro", "--dry"], tree).stdout) == dvc_plans(DOWNSTREAM_OF_BACKBONE) | {"check"}
 
 
 # --- the grain of code provenance: a job reruns when the modules it runs change, and only then ----------
@@ -274,9 +287,9 @@ def test_dvc_reruns_a_foreign_output_it_was_told_to_accept(snakemake_project, tm
 EVERY_JOB = DOWNSTREAM_OF_BACKBONE | {"world", *(f"prepare@{name}" for name in
                                                 ("world_objects", "world_objects_b", "world_objects_sketch"))}
 TRAINED = {job for job in DOWNSTREAM_OF_BACKBONE if job.split("@")[0] in
-           ("train", "fuse", "evaluate", "train_transfer", "fuse_transfer", "evaluate_transfer")} | {"report"}
+           ("train", "fuse", "evaluate", "train_transfer", "fuse_transfer", "evaluate_transfer", "collect")} | {"report"}
 MAPLE = {"train@maple-world_objects", "fuse@maple-world_objects", "evaluate@maple-world_objects",
-         "train_transfer@maple", "fuse_transfer@maple", "evaluate_transfer@maple", "report"}
+         "train_transfer@maple", "fuse_transfer@maple", "evaluate_transfer@maple", "collect@maple", "report"}
 
 
 def replace(tree: Path, module: str, old: str, new: str) -> None:
@@ -312,9 +325,11 @@ def edit_comments_docstrings_and_help(tree: Path) -> None:
 MAPLE_LINE = "train@maple-world_objects: the code of `dear train` changed: dear/methods/maple.py"
 TRAINER_LINE = "train@zeroshot-world_objects: the code of `dear train` changed: dear/train/trainer.py"
 WORLD_LINE = "world: the code of `dear world` changed: dear/stages/world.py"
+# a new world: the dry run plans what reads the world's digest, which collect and the report do not
+WORLD_UNREAD = {"report", *COLLECTS}
 GRAIN = {  # what changes: (the edit, the jobs both engines rerun, a line Snakemake's plan prints)
-    # (DVC's dry run leaves out the report where no job it reads is itself out of date: it reads runs/ and
-    # transfer/ whole, which change once the jobs before it rerun; a real `dvc repro` reruns it then)
+    # (DVC's dry run plans every method's collect where some run is out of date, and not the report:
+    # `dvc_plans`; a real `dvc repro` reruns what reads an output once that output changed)
     "a new method module and a new dataset entry": (add_a_method_and_a_dataset, set(), None),
     "comments, docstrings and help texts": (edit_comments_docstrings_and_help, set(), None),
     "one line of MaPLe's model": (lambda tree: replace(tree, "methods/maple.py", "return 0  # the coupled",
@@ -347,7 +362,8 @@ def test_a_code_change_reruns_exactly_the_jobs_that_run_it_in_both_engines(snake
     assert line in out_of_date(plan) if line else "Nothing to be done" in plan, plan[-3000:]
     planned_with(tree, [str(BIN / "dvc"), "repro", "check"])  # writes the code files DVC reads, as `dvc repro` does
     dry = planned_with(tree, [str(BIN / "dvc"), "repro", "--dry"])
-    assert dvc_ran(dry) == (expected - {"report"} if line == WORLD_LINE else expected) | {"check"}, dry[-3000:]
+    assert dvc_ran(dry) == dvc_plans(expected) - (WORLD_UNREAD if line == WORLD_LINE else set()) | {"check"}, \
+        dry[-3000:]
 
 
 RECORDER = """
@@ -388,7 +404,7 @@ cli.main()
 """
 WATCHED = {"world": "world", "backbone": "backbone", "prepare": "prepare@world_objects", "profile": "profile",
            "train": "train@maple-world_objects", "fuse": "fuse@maple-world_objects",
-           "evaluate": "evaluate@maple-world_objects", "report": "report"}
+           "evaluate": "evaluate@maple-world_objects", "collect": "collect@maple", "report": "report"}
 
 
 def test_every_module_a_stage_runs_is_in_its_code(snakemake_project, tmp_path):

@@ -92,10 +92,9 @@ def test_snakemake_plans_every_stage_of_every_protocol_of_the_smoke_study(tmp_pa
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
     methods = len(load_params(ROOT / PATH).study.methods)
-    assert {rule: counts.get(rule) for rule in ("world", "backbone", "prepare", "prepare_fewshot", "profile",
-                                                "report")} == \
-        {"world": 1, "backbone": 1, "prepare": 2, "prepare_fewshot": 1, "profile": 1, "report": 1}
-    for rule in ("train", "fuse", "evaluate", "train_transfer", "fuse_transfer", "evaluate_transfer"):
+    assert {rule: counts.get(rule) for rule in ("world", "backbone", "prepare", "profile", "report")} == \
+        {"world": 1, "backbone": 1, "prepare": 3, "profile": 1, "report": 1}
+    for rule in ("train", "fuse", "evaluate", "train_transfer", "fuse_transfer", "evaluate_transfer", "collect"):
         assert counts.get(rule) == methods, (rule, counts)
     for rule in ("train_fewshot", "fuse_fewshot", "evaluate_fewshot"):  # one dataset, two shot counts
         assert counts.get(rule) == 2 * methods, (rule, counts)

@@ -19,7 +19,7 @@ from tests.engines import BIN, ROOT, make_project, run
 
 STAGE_OF_RULE = {"world": "world", "backbone": "backbone", "prepare": "prepare", "profile": "profile", "train": "train",
                  "train_transfer": "train", "fuse": "fuse", "fuse_transfer": "fuse", "evaluate": "evaluate",
-                 "evaluate_transfer": "evaluate", "report": "report", "prepare_fewshot": "prepare",
+                 "evaluate_transfer": "evaluate", "report": "report", "collect": "collect",
                  "train_fewshot": "train", "fuse_fewshot": "fuse", "evaluate_fewshot": "evaluate"}
 
 

@@ -1,7 +1,8 @@
 """`dear report`: every eval table aggregated into the paper's tables, pictures and DVC metrics.
 
 Reads the eval.parquet files given (schema in `dear.results`), the train logs
-and the head-role heatmaps, checks all of them, computes everything in
+and the head-role heatmaps, or the runs each `results/<method>/runs.json` of
+`dear collect` lists (each file's sha256 checked), checks all of them, computes everything in
 memory, and only then writes the output folder, which replaces the old one
 as a whole (`dear.io.output_folder`):
 
@@ -22,6 +23,7 @@ as a whole (`dear.io.output_folder`):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
@@ -32,7 +34,8 @@ import pandas as pd
 
 from dear.errors import DearError
 from dear import runrecord
-from dear.io import output_folder, provenance, read_parquet, read_provenance, sha256_json, write_bytes, write_json
+from dear.io import (output_folder, provenance, read_json, read_parquet, read_provenance, sha256_file, sha256_json,
+                     write_bytes, write_json)
 from dear.params import Params
 from dear.model import ablation
 from dear.report import markdown, paired, paper, plots, reference, tables
@@ -51,6 +54,7 @@ class Inputs:
     roles: list[Path] = field(default_factory=list)         # roles/<dataset>/heatmap.png (ablation.parquet beside it)
     models: list[Path] = field(default_factory=list)        # model.pt of every run: the record's recipes and hashes
     benchmarks: list[Path] = field(default_factory=list)    # folders of the jobs' *.benchmark.tsv (logs/)
+    runs: list[Path] = field(default_factory=list)          # results/<method>/runs.json of `dear collect`: their files
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class Outputs:
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
+    inputs = with_collected_runs(inputs)
     conventions = tables.Conventions(methods=list(params.report.methods), seeds=list(params.data.seeds),
                                      ddof=params.report.std_ddof, std_warning=params.report.std_warning,
                                      confidence=params.report.confidence)
@@ -270,6 +275,22 @@ def _csv(frame: pd.DataFrame) -> bytes:
 
 def _rounded(value: float) -> float | None:
     return None if value is None or math.isnan(value) else round(float(value), METRIC_DIGITS)
+
+
+def with_collected_runs(inputs: Inputs) -> Inputs:
+    """`inputs` with the eval tables, models and train logs of every run the --runs files list, each file checked
+    against the sha256 `dear collect` recorded (a file changed since then is refused: collect again)."""
+    found = {"eval": list(inputs.evals), "model": list(inputs.models), "train_log": list(inputs.train_logs)}
+    for listing in inputs.runs:
+        for run in read_json(listing).get("runs", []):
+            for kind, paths in found.items():
+                if run.get(kind) is None:
+                    continue
+                if not Path(run[kind]).is_file() or sha256_file(run[kind]) != run["sha256"][kind]:
+                    raise DearError(f"{run[kind]}: {'changed' if Path(run[kind]).is_file() else 'gone'} since {listing} "
+                                    f"listed it; rerun `dear collect` for {run['job']}'s method")
+                paths.append(Path(run[kind]))
+    return dataclasses.replace(inputs, evals=found["eval"], models=found["model"], train_logs=found["train_log"])
 
 
 def _input_paths(inputs: Inputs) -> dict[str, Path]:

@@ -81,7 +81,8 @@ TARGETS = [*TRANSFER.cross_dataset, *TRANSFER.domain_generalization] if TRANSFER
 FEW_SHOT = STUDY.few_shot_on  # None: the few-shot protocol is off (no few-shot job)
 FEW_SHOT_RUNS = STUDY.few_shot_runs()  # (dataset, K) of each method's few-shot runs
 PROFILED = PARAMS.profile.dataset
-ROLES = rooted(f"roles/{PROFILED}/roles.parquet")
+ROLES = rooted(f"roles/{PROFILED}")  # profile's folder: roles.parquet, the heatmap, the ablation, ...
+ROLES_FILE = f"{ROLES}/roles.parquet"  # what train, fuse and evaluate are given
 BACKBONE = rooted("backbone")  # card.json, and model.pt when trained here (real weights are used where they lie)
 WORLD = rooted("world")  # the embedded datasets in CoOp's layout, and card.json
 READS_WORLD = [WORLD] if world_needed(PARAMS) else []  # the world is drawn only when some job reads it
@@ -117,12 +118,14 @@ def job_name(rule, wildcards):
     return rule + (f"@{'-'.join(items)}" if items else "")
 
 
-def seeds_of(pattern):
-    """`pattern`'s files for every seed; other {wildcards} stay for Snakemake to fill."""
-    return expand(pattern, seed=SEEDS, allow_missing=True)
-
-
 JOBS = {job.name: job for job in dear_jobs.jobs(PARAMS)}
+
+
+def evaluations_of(wildcards):
+    """The eval folders of every evaluate job of `wildcards.method` (each protocol's, dear.jobs): what collect lists."""
+    return [job.folder for job in JOBS.values() if job.stage == "evaluate" and job.method == wildcards.method]
+
+
 VALUES = rooted(".dear/jobs")  # each job's values file and, beside, its code file, as DVC's check stage writes them
 CODE = dear_engines.code_folder(VALUES)
 if workflow.is_main_process:

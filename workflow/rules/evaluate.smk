@@ -1,5 +1,6 @@
 # fuse and evaluate every trained model, one job per method x dataset (every seed):
-# runs/ (base-to-novel) and transfer/ (all classes).
+# runs/ (base-to-novel) and transfer/ (all classes). Each job writes one folder (fuse: seed<S>/fusion.json,
+# eval: seed<S>/eval.parquet and metrics.json) and reads the folders of the jobs before it.
 
 
 rule fuse:
@@ -7,14 +8,14 @@ rule fuse:
     input:
         code=code("fuse"),
         values=values("fuse"),
-        model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
+        model=rooted("runs/{method}/{dataset}/train"),
         backbone=BACKBONE,
-        fewshot=seeds_of(rooted("data/{dataset}/fewshot-seed{seed}.parquet")),
+        data=rooted("data/{dataset}"),
         roles=ROLES,
         world=READS_WORLD,
         stale=provenance_checked("fuse"),
     output:
-        seeds_of(rooted("runs/{method}/{dataset}/fuse/seed{seed}/fusion.json")),
+        directory(rooted("runs/{method}/{dataset}/fuse")),
     threads: cpus_of("fuse")
     log:
         rooted("logs/fuse/{method}/{dataset}.log"),
@@ -23,7 +24,7 @@ rule fuse:
     shell:
         "dear fuse --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt --method {wildcards.method}"
         " --fewshot {R}data/{wildcards.dataset}/fewshot-seed{{seed}}.parquet --classes base --backbone {R}backbone"
-        " --roles {input.roles} --out {R}runs/{wildcards.method}/{wildcards.dataset}/fuse/seed{{seed}}/fusion.json"
+        " --roles {ROLES_FILE} --out {R}runs/{wildcards.method}/{wildcards.dataset}/fuse/seed{{seed}}/fusion.json"
         " --log {log}"
 
 
@@ -33,14 +34,14 @@ if TRANSFER:  # the transfer protocols are on
         input:
             code=code("fuse_transfer"),
             values=values("fuse_transfer"),
-            model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
+            model=rooted("transfer/{method}/train"),
             backbone=BACKBONE,
-            fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
+            data=rooted(f"data/{SOURCE}"),
             roles=ROLES,
             world=READS_WORLD,
             stale=provenance_checked("fuse_transfer"),
         output:
-            seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
+            directory(rooted("transfer/{method}/fuse")),
         priority: 1  # the transfer chain first (train_transfer)
         threads: cpus_of("fuse")
         log:
@@ -50,7 +51,7 @@ if TRANSFER:  # the transfer protocols are on
         shell:
             "dear fuse --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt --method {wildcards.method}"
             " --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --classes all --backbone {R}backbone"
-            " --roles {input.roles} --out {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --log {log}"
+            " --roles {ROLES_FILE} --out {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --log {log}"
 
 
 rule evaluate:
@@ -58,16 +59,15 @@ rule evaluate:
     input:
         code=code("evaluate"),
         values=values("evaluate"),
-        model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
-        fusion=seeds_of(rooted("runs/{method}/{dataset}/fuse/seed{seed}/fusion.json")),
+        model=rooted("runs/{method}/{dataset}/train"),
+        fusion=rooted("runs/{method}/{dataset}/fuse"),
         backbone=BACKBONE,
-        manifest=rooted("data/{dataset}/manifest.parquet"),
+        data=rooted("data/{dataset}"),
         roles=ROLES,
         world=READS_WORLD,
         stale=provenance_checked("evaluate"),
     output:
-        table=seeds_of(rooted("runs/{method}/{dataset}/eval/seed{seed}/eval.parquet")),
-        metrics=seeds_of(rooted("runs/{method}/{dataset}/eval/seed{seed}/metrics.json")),
+        directory(rooted("runs/{method}/{dataset}/eval")),
     threads: cpus_of("evaluate")
     log:
         rooted("logs/evaluate/{method}/{dataset}.log"),
@@ -76,7 +76,7 @@ rule evaluate:
     shell:
         "dear evaluate --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt --method {wildcards.method}"
         " --fusion {R}runs/{wildcards.method}/{wildcards.dataset}/fuse/seed{{seed}}/fusion.json"
-        " --source {R}data/{wildcards.dataset} --classes base --data {R}data --backbone {R}backbone --roles {input.roles}"
+        " --source {R}data/{wildcards.dataset} --classes base --data {R}data --backbone {R}backbone --roles {ROLES_FILE}"
         " --out {R}runs/{wildcards.method}/{wildcards.dataset}/eval/seed{{seed}} --log {log}"
 
 
@@ -86,16 +86,15 @@ if TRANSFER:  # the transfer protocols are on
         input:
             code=code("evaluate_transfer"),
             values=values("evaluate_transfer"),
-            model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
-            fusion=seeds_of(rooted("transfer/{method}/fuse/seed{seed}/fusion.json")),
+            model=rooted("transfer/{method}/train"),
+            fusion=rooted("transfer/{method}/fuse"),
             backbone=BACKBONE,
-            manifests=expand(rooted("data/{dataset}/manifest.parquet"), dataset=[SOURCE, *TARGETS]),
+            data=expand(rooted("data/{dataset}"), dataset=[SOURCE, *TARGETS]),
             roles=ROLES,
             world=READS_WORLD,
             stale=provenance_checked("evaluate_transfer"),
         output:
-            table=seeds_of(rooted("transfer/{method}/eval/seed{seed}/eval.parquet")),
-            metrics=seeds_of(rooted("transfer/{method}/eval/seed{seed}/metrics.json")),
+            directory(rooted("transfer/{method}/eval")),
         priority: 1  # the transfer chain first (train_transfer)
         threads: cpus_of("evaluate")
         log:
@@ -105,5 +104,5 @@ if TRANSFER:  # the transfer protocols are on
         shell:
             "dear evaluate --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt --method {wildcards.method}"
             " --fusion {R}transfer/{wildcards.method}/fuse/seed{{seed}}/fusion.json --source {R}data/{SOURCE}"
-            " --classes all --data {R}data --backbone {R}backbone --roles {input.roles}"
+            " --classes all --data {R}data --backbone {R}backbone --roles {ROLES_FILE}"
             " --out {R}transfer/{wildcards.method}/eval/seed{{seed}} --log {log}"

@@ -6,9 +6,7 @@ rule prepare:
         world=READS_WORLD,
         stale=provenance_checked("prepare"),
     output:
-        manifest=rooted("data/{dataset}/manifest.parquet"),
-        excluded=rooted("data/{dataset}/excluded.parquet"),
-        fewshot=expand(rooted("data/{{dataset}}/fewshot-seed{seed}.parquet"), seed=SEEDS),
+        directory(rooted("data/{dataset}")),  # manifest.parquet, excluded.parquet, fewshot-seed<S>.parquet
     priority: 2  # seconds of work that every job of its dataset waits for: the greedy scheduler would otherwise
                  # prefer jobs with bigger inputs and hold back a transfer target's evaluations to the end
     threads: cpus_of("prepare")

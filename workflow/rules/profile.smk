@@ -4,22 +4,15 @@ rule profile:
         code=code("profile"),
         values=values("profile"),
         backbone=BACKBONE,
-        manifest=rooted(f"data/{PROFILED}/manifest.parquet"),
+        data=rooted(f"data/{PROFILED}"),
         world=READS_WORLD,
         stale=provenance_checked("profile"),
-    output:
-        roles=ROLES,
-        concepts=rooted(f"roles/{PROFILED}/head_concepts.parquet"),
-        texts=rooted(f"roles/{PROFILED}/head_texts.parquet"),
-        heatmap=rooted(f"roles/{PROFILED}/heatmap.png"),
-        summary=rooted(f"roles/{PROFILED}/roles.md"),
-        ablation=rooted(f"roles/{PROFILED}/ablation.parquet"),
-    params:
-        out=rooted(f"roles/{PROFILED}"),
+    output:  # roles.parquet, head_concepts.parquet, head_texts.parquet, heatmap.png, roles.md, ablation.parquet
+        directory(ROLES),
     threads: cpus_of("profile")
     log:
         rooted("logs/profile.log"),
     benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
         rooted("logs/profile.benchmark.tsv")
     shell:
-        "dear profile --params {CONFIG} --backbone {R}backbone --manifest {input.manifest} --out {params.out} --log {log}"
+        "dear profile --params {CONFIG} --backbone {R}backbone --manifest {R}data/{PROFILED}/manifest.parquet --out {ROLES} --log {log}"

@@ -1,7 +1,8 @@
 # One job per method x dataset trains every seed of data.seeds on the base classes
 # (runs/), and one per method on all classes of the transfer source (transfer/).
 # A job runs its seeds in one process: the ~5 s of imports are paid once, not per seed.
-# {seed} in a path is the dear command's own placeholder (one run per seed).
+# {seed} in a path is the dear command's own placeholder (one run per seed). Every job writes one
+# folder (seed<S>/model.pt, seed<S>/train_log.parquet), and the jobs after it read the folder.
 
 
 rule train:
@@ -10,13 +11,12 @@ rule train:
         code=code("train"),
         values=values("train"),
         backbone=BACKBONE,
-        fewshot=seeds_of(rooted("data/{dataset}/fewshot-seed{seed}.parquet")),
+        data=rooted("data/{dataset}"),
         roles=ROLES,
         world=READS_WORLD,
         stale=provenance_checked("train"),
     output:
-        model=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/model.pt")),
-        log=seeds_of(rooted("runs/{method}/{dataset}/train/seed{seed}/train_log.parquet")),
+        directory(rooted("runs/{method}/{dataset}/train")),
     threads: cpus_of("train")
     log:
         rooted("logs/train/{method}/{dataset}.log"),
@@ -24,7 +24,7 @@ rule train:
         rooted("logs/train/{method}/{dataset}.benchmark.tsv")
     shell:
         "dear train --params {CONFIG} --method {wildcards.method} --dataset {wildcards.dataset} --classes base"
-        " --backbone {R}backbone --fewshot {R}data/{wildcards.dataset}/fewshot-seed{{seed}}.parquet --roles {input.roles}"
+        " --backbone {R}backbone --fewshot {R}data/{wildcards.dataset}/fewshot-seed{{seed}}.parquet --roles {ROLES_FILE}"
         " --out {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}} --log {log}"
 
 
@@ -35,13 +35,12 @@ if TRANSFER:  # the transfer protocols are on
             code=code("train_transfer"),
             values=values("train_transfer"),
             backbone=BACKBONE,
-            fewshot=seeds_of(rooted(f"data/{SOURCE}/fewshot-seed{{seed}}.parquet")),
+            data=rooted(f"data/{SOURCE}"),
             roles=ROLES,
             world=READS_WORLD,
             stale=provenance_checked("train_transfer"),
         output:
-            model=seeds_of(rooted("transfer/{method}/train/seed{seed}/model.pt")),
-            log=seeds_of(rooted("transfer/{method}/train/seed{seed}/train_log.parquet")),
+            directory(rooted("transfer/{method}/train")),
         priority: 1  # the transfer chains (a source with all classes, every target) are the study's
                      # longest: started first, they end before the short base-to-novel jobs do
         threads: cpus_of("train")
@@ -51,5 +50,5 @@ if TRANSFER:  # the transfer protocols are on
             rooted("logs/train_transfer/{method}.benchmark.tsv")
         shell:
             "dear train --params {CONFIG} --method {wildcards.method} --dataset {SOURCE} --classes all"
-            " --backbone {R}backbone --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --roles {input.roles}"
+            " --backbone {R}backbone --fewshot {R}data/{SOURCE}/fewshot-seed{{seed}}.parquet --roles {ROLES_FILE}"
             " --out {R}transfer/{wildcards.method}/train/seed{{seed}} --log {log}"

@@ -30,12 +30,12 @@ FEW_SHOT = PROJECT / "workflow/dvc/fewshot.yaml"
 
 
 def with_few_shot(pipeline: dict) -> dict:
-    """`pipeline` with the few-shot stages before the report (each reads its code file as dvc.yaml's stages do), and
-    the report reading fewshot/ whole (its command globs it in every config)."""
+    """`pipeline` with the few-shot stages before collect (each reads its code file as dvc.yaml's stages do), and
+    collect reading fewshot/ whole (each method's few-shot evaluations are among its runs)."""
     extra = yaml.safe_load(FEW_SHOT.read_text())["stages"]
     stages = {}
     for name, stage in pipeline["stages"].items():
-        if name == "report":
+        if name == "collect":
             for new, body in extra.items():
                 body = dict(body)
                 stages[new] = {"matrix": body.pop("matrix"), "cmd": body.pop("cmd"), **body}
@@ -53,7 +53,7 @@ def study(pipeline: dict, config: str, root: str, where: str, world: bool = True
     data, runs, ...) or logs; code paths (dear/...) stay. Without `world` (nothing reads the
     embedded world) the world stage and its digests go; without `transfer` (the transfer
     protocols are off) the transfer stages go, as the Snakefile leaves out those jobs; with `few_shot`
-    the few-shot stages come in (`with_few_shot`); and the report reads no folder of a protocol that
+    the few-shot stages come in (`with_few_shot`); and collect reads no folder of a protocol that
     is off (`base_to_novel`: runs/, `transfer`: transfer/; fewshot/ only with `few_shot`).
     """
     pipeline = with_few_shot(pipeline) if few_shot else pipeline
