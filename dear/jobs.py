@@ -76,6 +76,11 @@ def jobs(params: Params) -> list[Job]:
     return found
 
 
+def evaluations(study: list[Job], method: str) -> list[Job]:
+    """The evaluate jobs of `method` in `study`, every protocol's: what `dear collect` lists, its Snakemake inputs."""
+    return [job for job in study if job.stage == "evaluate" and job.method == method]
+
+
 def find(params: Params, name: str) -> Job | None:
     """The job named `name` (DVC's name: rule@wildcards joined by '-'), None if the study has none."""
     return next((job for job in jobs(params) if job.name == name), None)

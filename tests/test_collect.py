@@ -28,8 +28,7 @@ def test_collect_lists_the_study_s_runs_of_one_method_and_the_report_reads_them(
     monkeypatch.chdir(tmp_path)
     params = tiny_study.write(tmp_path / "params.yaml")
     study = jobs.jobs(load_params(params))
-    wanted = [(job.name, seed, Path(file)) for job in study if job.stage == "evaluate" and job.method == "coop"
-              for seed, file in job.records]
+    wanted = [(job.name, seed, Path(file)) for job in jobs.evaluations(study, "coop") for seed, file in job.records]
     for _, seed, evaluation in wanted:
         evaluated(evaluation, evaluation.parents[2] / "train" / f"seed{seed}" / "model.pt")
     evaluated(Path("runs/coop/world_objects/eval/seed9/eval.parquet"), Path("runs/coop/world_objects/train/seed9/model.pt"))

@@ -48,8 +48,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     if inputs.method not in params.study.methods:
         raise DearError(f"--method {inputs.method}: not one of study.methods {list(params.study.methods)}; "
                         "collect a method of the study")
-    runs = [listed(job.name, seed, Path(file)) for job in study_jobs.jobs(params)
-            if job.stage == "evaluate" and job.method == inputs.method for seed, file in job.records]
+    runs = [listed(job.name, seed, Path(file)) for job in study_jobs.evaluations(study_jobs.jobs(params), inputs.method)
+            for seed, file in job.records]
     files = {f"{kind}:{run['job']}:seed{run['seed']}": run[kind] for run in runs for kind in ("eval", "model")}
     study = params.study  # what decides the method's runs (dear.keys: collect), not the other methods
     record = provenance({"seeds": params.data.seeds, "base_to_novel": study.base_to_novel, "transfer": study.transfer,

@@ -88,6 +88,7 @@ WORLD = rooted("world")  # the embedded datasets in CoOp's layout, and card.json
 READS_WORLD = [WORLD] if world_needed(PARAMS) else []  # the world is drawn only when some job reads it
 
 wildcard_constraints:
+    dataset=r"[^/]+",  # a folder name: data/<dataset> is prepare's output, never a file in it
     seed=r"\d+",
     shots=r"\d+",
     method="|".join(METHODS),
@@ -123,7 +124,7 @@ JOBS = {job.name: job for job in dear_jobs.jobs(PARAMS)}
 
 def evaluations_of(wildcards):
     """The eval folders of every evaluate job of `wildcards.method` (each protocol's, dear.jobs): what collect lists."""
-    return [job.folder for job in JOBS.values() if job.stage == "evaluate" and job.method == wildcards.method]
+    return [job.folder for job in dear_jobs.evaluations(list(JOBS.values()), wildcards.method)]
 
 
 VALUES = rooted(".dear/jobs")  # each job's values file and, beside, its code file, as DVC's check stage writes them
