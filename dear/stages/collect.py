@@ -4,7 +4,7 @@ The report reads every evaluation, train log and model of every method. Both
 engines give it one input per method instead (`results/<method>/`), so a
 job's header stays a line a person reads and the report reads exactly the
 study's runs, never a file a glob happened to match (a seed or dataset the
-config no longer has). One line per run (dear.jobs: every evaluate job of the
+config no longer has). One entry per run (dear.jobs: every evaluate job of the
 method, every seed) in `results/<method>/runs.json`:
 
     {"job": "evaluate@coop-world_objects", "seed": 1,
