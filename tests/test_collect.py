@@ -31,8 +31,9 @@ def test_collect_lists_the_study_s_runs_of_one_method_and_the_report_reads_them(
     wanted = [(job.name, seed, Path(file)) for job in jobs.evaluations(study, "coop") for seed, file in job.records]
     for _, seed, evaluation in wanted:
         evaluated(evaluation, evaluation.parents[2] / "train" / f"seed{seed}" / "model.pt")
-    evaluated(Path("runs/coop/world_objects/eval/seed9/eval.parquet"), Path("runs/coop/world_objects/train/seed9/model.pt"))
-    evaluated(Path("runs/mmrl/world_objects/eval/seed1/eval.parquet"), Path("runs/mmrl/world_objects/train/seed1/model.pt"))
+    for method, seed in (("coop", 9), ("mmrl", 1)):  # a seed the study does not have, another method's run
+        evaluated(Path(f"runs/{method}/world_objects/eval/seed{seed}/eval.parquet"),
+                  Path(f"runs/{method}/world_objects/train/seed{seed}/model.pt"))
 
     invoke("collect", "--params", str(params), "--method", "coop", "--out", "results/coop")
 
@@ -48,7 +49,8 @@ def test_collect_lists_the_study_s_runs_of_one_method_and_the_report_reads_them(
     read = with_collected_runs(Inputs(evals=[], runs=[Path("results/coop/runs.json")]))
     assert read.evals == [evaluation for _, _, evaluation in wanted]
     assert read.models == [Path(run["model"]) for run in listing["runs"]]
-    assert read.train_logs == [Path(run["train_log"]) for run in listing["runs"]]
+    assert [run["protocol"] for run in listing["runs"]] == ["base_to_novel"] * 4 + ["transfer"] * 2
+    assert read.train_logs == [Path(run["train_log"]) for run in listing["runs"][:4]]  # the loss curves: base-to-novel
 
 
 def test_collect_s_record_names_what_decides_the_runs_and_not_the_other_methods(tmp_path):

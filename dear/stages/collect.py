@@ -7,7 +7,7 @@ study's runs, never a file a glob happened to match (a seed or dataset the
 config no longer has). One entry per run (dear.jobs: every evaluate job of the
 method, every seed) in `results/<method>/runs.json`:
 
-    {"job": "evaluate@coop-world_objects", "seed": 1,
+    {"job": "evaluate@coop-world_objects", "protocol": "base_to_novel", "seed": 1,
      "eval": ".../eval/seed1/eval.parquet", "model": ".../train/seed1/model.pt",
      "train_log": ".../train/seed1/train_log.parquet", "sha256": {"eval": ..., "model": ..., "train_log": ...}}
 
@@ -31,6 +31,7 @@ from dear.params import Params
 
 log = logging.getLogger("dear.collect")
 RUNS = "runs.json"
+PROTOCOLS = {"evaluate": "base_to_novel", "evaluate_transfer": "transfer", "evaluate_fewshot": "few_shot"}  # by rule
 
 
 @dataclass(frozen=True)
@@ -74,5 +75,5 @@ def listed(job: str, seed: int, evaluation: Path) -> dict:
                         f"evaluation recorded); rerun {job}")
     train_log = Path(model).with_name("train_log.parquet")
     found["train_log"] = sha256_file(train_log) if train_log.is_file() else None
-    return {"job": job, "seed": seed, "eval": str(evaluation), "model": str(model),
-            "train_log": str(train_log) if train_log.is_file() else None, "sha256": found}
+    return {"job": job, "protocol": PROTOCOLS[job.split("@")[0]], "seed": seed, "eval": str(evaluation),
+            "model": str(model), "train_log": str(train_log) if train_log.is_file() else None, "sha256": found}

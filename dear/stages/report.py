@@ -278,17 +278,19 @@ def _rounded(value: float) -> float | None:
 
 
 def with_collected_runs(inputs: Inputs) -> Inputs:
-    """`inputs` with the eval tables, models and train logs of every run the --runs files list, each file checked
-    against the sha256 `dear collect` recorded (a file changed since then is refused: collect again)."""
+    """`inputs` with the eval tables and models of every run the --runs files list, and the train logs of the
+    base-to-novel ones (the loss curves), each file checked against the sha256 `dear collect` recorded (a file
+    changed since then is refused: collect again)."""
     found = {"eval": list(inputs.evals), "model": list(inputs.models), "train_log": list(inputs.train_logs)}
     for listing in inputs.runs:
         for run in read_json(listing).get("runs", []):
             for kind, paths in found.items():
-                if run.get(kind) is None:
+                if run.get(kind) is None or (kind == "train_log" and run.get("protocol") != "base_to_novel"):
                     continue
                 if not Path(run[kind]).is_file() or sha256_file(run[kind]) != run["sha256"][kind]:
-                    raise DearError(f"{run[kind]}: {'changed' if Path(run[kind]).is_file() else 'gone'} since {listing} "
-                                    f"listed it; rerun `dear collect` for {run['job']}'s method")
+                    what = "changed" if Path(run[kind]).is_file() else "gone"
+                    raise DearError(f"{run[kind]}: {what} since {listing} listed it; rerun `dear collect` "
+                                    f"for {run['job']}'s method")
                 paths.append(Path(run[kind]))
     return dataclasses.replace(inputs, evals=found["eval"], models=found["model"], train_logs=found["train_log"])
 
