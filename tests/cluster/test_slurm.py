@@ -35,7 +35,7 @@ pytestmark = pytest.mark.cluster
 
 # --- what the cluster tests run: point them at a larger tiny pipeline by changing these ----------
 DATASETS = ["oxford_pets", "dtd"]          # fake CoOp datasets of the study
-TARGETS = [f"data/{name}/manifest.parquet" for name in DATASETS]   # what snakemake is asked to make
+TARGETS = [f"data/{name}" for name in DATASETS]   # what snakemake is asked to make (prepare's folders)
 DATA_OVERRIDES = dict(source="coop", seeds=[1], shots=2, val_shots=1, verify="decode", workers=1)
 
 
@@ -134,7 +134,7 @@ def test_keep_going_finishes_unrelated_datasets_and_lists_the_failed_job_with_it
     # its split file is damaged: a missing one `dear check` (Snakemake's onstart) would refuse before any job
     (data_root / broken / JSON_LAYOUT[broken][1]).write_text("{not json")
 
-    run = run_snakemake(project, *TARGETS, f"data/{broken}/manifest.parquet", "--keep-going", "--retries", "0")
+    run = run_snakemake(project, *TARGETS, f"data/{broken}", "--keep-going", "--retries", "0")
     assert run.returncode != 0, fail_with_output(run, "a run with a broken dataset succeeded")
     for name in DATASETS:
         assert (project / "data" / name / "manifest.parquet").is_file(), f"{name} did not finish"
@@ -145,7 +145,7 @@ def test_keep_going_finishes_unrelated_datasets_and_lists_the_failed_job_with_it
 
     summary = summarize(run.log_file)
     assert summary.startswith("1 failed job(s)"), summary
-    assert f"data/{broken}/manifest.parquet" in summary and "FAILED" in summary
+    assert f"rule prepare -> data/{broken} " in summary and "FAILED" in summary
     stage_log = f"logs/prepare/{broken}.log"
     slurm_log = next(path for path in run.submitted.values() if f"/{broken}/" in path)
     assert stage_log in summary and slurm_log in summary, summary
@@ -229,7 +229,7 @@ KILL_CASES = {
     "prepare": KillCase(
         rule="prepare",
         dataset="oxford_flowers",
-        target="data/oxford_flowers/manifest.parquet",
+        target="data/oxford_flowers",
         slurm_log_dir="rule_prepare/oxford_flowers",
         stall=stall_on_fifo("oxford_flowers"),
         started=lambda project: (project / "logs" / "prepare" / "oxford_flowers.log").exists(),
@@ -240,7 +240,7 @@ KILL_CASES = {
     "train": KillCase(
         rule="train",
         dataset=DATASETS[0],
-        target=f"{TRAIN_RUN}/model.pt",
+        target=str(Path(TRAIN_RUN).parent),  # the train job's folder
         slurm_log_dir=f"rule_train/coop_{DATASETS[0]}",
         stall=nothing,
         started=lambda project: (project / "checkpoints" / TRAIN_RUN / "ckpt.pt").exists(),
