@@ -74,6 +74,7 @@ def listed(job: str, seed: int, evaluation: Path) -> dict:
         raise DearError(f"{evaluation}: {model} changed after it was evaluated (its sha256 is not the one the "
                         f"evaluation recorded); rerun {job}")
     train_log = Path(model).with_name("train_log.parquet")
-    found["train_log"] = sha256_file(train_log) if train_log.is_file() else None
+    train_log = train_log if train_log.is_file() else None  # a method that trains nothing may log nothing
+    found["train_log"] = sha256_file(train_log) if train_log else None
     return {"job": job, "protocol": PROTOCOLS[job.split("@")[0]], "seed": seed, "eval": str(evaluation),
-            "model": str(model), "train_log": str(train_log) if train_log.is_file() else None, "sha256": found}
+            "model": str(model), "train_log": str(train_log) if train_log else None, "sha256": found}

@@ -2,7 +2,6 @@
 # outputs go, the fan-out lists, the code each stage runs, and which jobs rerun because their outputs
 # were made otherwise than this config says (dear.stale).
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -72,14 +71,11 @@ if PARAMS.data.source == "embedded" and os.path.normpath(PARAMS.data.root) != ro
                    "nothing was planned")
 
 STUDY = PARAMS.study
-SEEDS = PARAMS.data.seeds
 METHODS = list(STUDY.methods)
-B2N = list(STUDY.base_to_novel)
 TRANSFER = STUDY.transfer_on  # None: the transfer protocols are off (no transfer job)
 SOURCE = TRANSFER.source if TRANSFER else None
 TARGETS = [*TRANSFER.cross_dataset, *TRANSFER.domain_generalization] if TRANSFER else []
 FEW_SHOT = STUDY.few_shot_on  # None: the few-shot protocol is off (no few-shot job)
-FEW_SHOT_RUNS = STUDY.few_shot_runs()  # (dataset, K) of each method's few-shot runs
 PROFILED = PARAMS.profile.dataset
 ROLES = rooted(f"roles/{PROFILED}")  # profile's folder: roles.parquet, the heatmap, the ablation, ...
 ROLES_FILE = f"{ROLES}/roles.parquet"  # what train, fuse and evaluate are given

@@ -1,5 +1,5 @@
 # The report's inputs: one folder per method (`dear collect`: the runs of the method, their files and sha256),
-# so the report job's input line names nine folders, not every seed's files. The shell lines glob as dvc.yaml's
+# so the report job's input line names one folder per method, not every seed's files. The shell lines glob as dvc.yaml's
 # commands do, so both engines run the same command. The jobs' benchmark files under logs/ are read, not
 # declared: every job has finished before the report runs, and a record of how long a job took is no reason
 # to rerun the report.
