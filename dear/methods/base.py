@@ -2,7 +2,7 @@
 
 The trainer, `fuse` and `evaluate` only talk to this interface, so a method
 is one module: its learnable parts (`build`), how they change the towers
-(`encode`, `_text`, through `dear.methods.towers`), its loss terms (`step`)
+(`encode`, `compute_text_features`, through `dear.methods.towers`), its loss terms (`step`)
 and its inference (`output`). The shared parts live here:
 - the frozen image prefix: image blocks below the first one that reads a
   learnable tensor are computed without autograd (and cached by the trainer's
@@ -99,15 +99,20 @@ class MethodModel(nn.Module):
         """[C, E] normalized class features; without autograd, cached per class list and prompt."""
         template = template or self.recipe.get("template")
         if torch.is_grad_enabled():
-            return self._text(list(classnames), template)
+            return self.compute_text_features(list(classnames), template)
         key = ("text", tuple(classnames), template, str(self.device), self.fade,
                tuple(p._version for p in self.parameters() if p.requires_grad))
         if key not in self._cache:
             self._cache = {k: v for k, v in self._cache.items() if k[0] != "text"}
-            self._cache[key] = self._text(list(classnames), template)
+            self._cache[key] = self.compute_text_features(list(classnames), template)
         return self._cache[key]
 
-    def _text(self, classnames: list[str], template: str | None) -> torch.Tensor:
+    def compute_text_features(self, classnames: list[str], template: str | None) -> torch.Tensor:
+        """The hook behind `text_features`: [C, E] normalized features of the class names (every method writes it).
+
+        `template` is the recipe's prompt (or the dataset's own); called with autograd on while training and
+        once per class list and parameter version otherwise.
+        """
         raise NotImplementedError(f"{type(self).__name__} must say how it writes its class features")
 
     def once(self, key: tuple, compute):

@@ -47,7 +47,7 @@ class CoCoOp(CoOp):
         self.meta_net = nn.Sequential(OrderedDict([
             ("linear1", nn.Linear(width, hidden)), ("relu", nn.ReLU()), ("linear2", nn.Linear(hidden, self.text.width))]))
 
-    def _text(self, classnames: list[str], template: str | None) -> torch.Tensor:
+    def compute_text_features(self, classnames: list[str], template: str | None) -> torch.Tensor:
         raise DearError("cocoop: class features depend on the image (the meta-net shifts the context); "
                         "use logits(features, classnames)")
 

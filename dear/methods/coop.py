@@ -42,7 +42,7 @@ class CoOp(MethodModel):
             return towers.text_input(self.clip, self.tokenizer, texts)
         return self.once(("prompt", tuple(classnames)), tokenized)
 
-    def _text(self, classnames: list[str], template: str | None) -> torch.Tensor:
+    def compute_text_features(self, classnames: list[str], template: str | None) -> torch.Tensor:
         prompt = self.prompt_input(classnames)
         x = towers.with_positions(self.clip, towers.prompt_embeddings(prompt.embeddings, self.context))
         return towers.run_text(self.clip, self.text, x, prompt.pool)  # [C, E]

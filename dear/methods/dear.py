@@ -110,10 +110,10 @@ class DeAR(MMRL):
     def _streams(self, tokens: torch.Tensor) -> torch.Tensor:
         return tokens @ self.projection.to(tokens.dtype)  # [B, K, E]: one stream per token
 
-    def _text(self, classnames: list[str], template: str | None) -> torch.Tensor:
+    def compute_text_features(self, classnames: list[str], template: str | None) -> torch.Tensor:
         if not self.text_tokens:
             return self.frozen_text(classnames, template)
-        return super()._text(classnames, template)
+        return super().compute_text_features(classnames, template)
 
     # --- loss and inference -------------------------------------------------------------
 

@@ -76,7 +76,7 @@ class MaPLe(CoOp):
 
     # --- text side ----------------------------------------------------------------------
 
-    def _text(self, classnames: list[str], template: str | None) -> torch.Tensor:
+    def compute_text_features(self, classnames: list[str], template: str | None) -> torch.Tensor:
         prompt = self.prompt_input(classnames)
         x = towers.with_positions(self.clip, towers.prompt_embeddings(prompt.embeddings, self.context))
         deep = dict(enumerate(self.deep_text, start=2))  # layer -> [n, D_t]

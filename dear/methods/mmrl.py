@@ -100,7 +100,7 @@ class MMRL(MethodModel):
             return towers.text_hidden(self.text, x, self.text_start - 1, mask, prompt.pool), prompt.pool
         return self.once(("text-input", tuple(classnames), template), compute)
 
-    def _text(self, classnames: list[str], template: str | None) -> torch.Tensor:
+    def compute_text_features(self, classnames: list[str], template: str | None) -> torch.Tensor:
         x, pool = self._frozen_text_input(classnames, template)
         n = self.text_tokens
         tokens = {self.text_start + i: aligner(self.bank[:n]) for i, aligner in enumerate(self.text_aligners)}

@@ -95,7 +95,7 @@ class PromptSRC(CoOp):
 
     # --- text side ----------------------------------------------------------------------
 
-    def _text(self, classnames: list[str], template: str | None) -> torch.Tensor:
+    def compute_text_features(self, classnames: list[str], template: str | None) -> torch.Tensor:
         prompt = self.prompt_input(classnames)
         x = towers.with_positions(self.clip, towers.prompt_embeddings(prompt.embeddings, self.context))
         deep = {layer: tokens for layer, tokens in enumerate(self.text_prompts, start=2)}  # [n, Dt] each

@@ -14,7 +14,7 @@ from dear.methods.base import MethodModel
 
 
 class ZeroShot(MethodModel):
-    def _text(self, classnames: list[str], template: str | None) -> torch.Tensor:
+    def compute_text_features(self, classnames: list[str], template: str | None) -> torch.Tensor:
         texts = [prompts.hand_written(template, name).text for name in classnames]
         return towers.encode_texts(self.clip, self.text, self.tokenizer, texts)  # [C, E]
 

@@ -1,0 +1,61 @@
+"""The public method contract: every name a method's module may use, in one place, with its version.
+
+A method, built in or from an installed package (docs/your-method.md), is a
+`MethodModel` subclass plus a recipe file. Its module imports what it needs
+from here and nothing else of `dear`, so a release of `dear` that keeps
+`VERSION` keeps every method written against it working. What each name is:
+
+- `MethodModel`, `Step`: the base class and its hooks (`build`,
+  `compute_text_features`, `encode`, `frozen_depth`, `step`, `output`,
+  `stream_names`, `alpha`, `can_score`, `on_epoch_end`, `extra_state`,
+  `load_extra_state`, `half_parameters`; `fit` with `fits_features`), and a
+  training step's loss. `cross_entropy`, `check_layer`: the loss every
+  method's CE is, and the one-line error for a layer outside the tower.
+- `towers`: running the text and image towers with prompts or tokens
+  inserted (`text_input`, `with_positions`, `prompt_embeddings`, `run_text`,
+  `run_image`, `encode_texts`); `prompts`: the prompt forms (`hand_written`,
+  `context`, `classname`); `internals`: the open_clip internals (blocks,
+  embeddings, projections, logit scale), the one module that touches them.
+- `Recipe`, `Key`, `PROTOCOLS`, `KINDS`: a resolved recipe (what `build`
+  and `step` read: `self.recipe.lr`, `self.recipe.get("template")`) and the
+  recipe file's schema (a key's type vocabulary, the protocols, the kinds of
+  a value's source).
+- `Method`: what a plugin's entry point declares (model class, recipe file,
+  title, which classes it scores, the `VERSION` it was written for).
+- `DearError`: the one-line error a method raises on bad input.
+
+Torch-heavy names load on first use (PEP 562), so a plugin's entry point
+(`Method`) is read by `dear recipe` and `dear check` without loading torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from dear.errors import DearError
+from dear.methods.plugins import Method
+from dear.methods.recipe import KINDS, PROTOCOLS, Key, Recipe
+
+VERSION = 1  # the contract's version: a plugin states the one it was written for (Method.contract)
+
+if TYPE_CHECKING:  # for readers and type checkers; loaded lazily below
+    from dear.methods import prompts, towers
+    from dear.methods.base import MethodModel, Step, check_layer, cross_entropy
+    from dear.model import internals
+
+__all__ = ["VERSION", "Method", "MethodModel", "Step", "cross_entropy", "check_layer", "towers", "prompts",
+           "internals", "Recipe", "Key", "PROTOCOLS", "KINDS", "DearError"]
+
+
+def __getattr__(name: str) -> Any:
+    """The torch-heavy names, imported when first asked for."""
+    if name in ("MethodModel", "Step", "cross_entropy", "check_layer"):
+        return getattr(importlib.import_module("dear.methods.base"), name)
+    if name == "towers":
+        return importlib.import_module("dear.methods.towers")
+    if name == "prompts":
+        return importlib.import_module("dear.methods.prompts")
+    if name == "internals":
+        return importlib.import_module("dear.model.internals")
+    raise AttributeError(f"module 'dear.contract' has no attribute {name!r}")

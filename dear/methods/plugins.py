@@ -1,0 +1,127 @@
+"""Methods from installed packages: the `dear.methods` entry-point group.
+
+A package declares its methods the way pytest plugins, Snakemake executors
+and DVC plugins are declared, in its `pyproject.toml`:
+
+    [project.entry-points."dear.methods"]
+    clip_adapter = "clip_adapter:METHOD"
+
+where `METHOD` is a `dear.contract.Method`: what `dear.methods.REGISTRY`
+gives for a built-in method (the model class, the recipe file, a title,
+which classes it scores), plus the contract version it was written for. The
+entry point's name is the method's name in `study.methods`; it may not be a
+built-in method's or recipe's name. Nothing here imports torch or the
+plugin's model module: `dear recipe` and `dear check` read a plugin's entry
+and recipe as they read a built-in one's, and the model class is imported
+only when a model is built (`dear.methods.model_class`) or checked
+(`problems`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from dear.errors import DearError
+
+GROUP = "dear.methods"
+# hooks a method's class must define itself (else it is the base's, which raises): always / when its recipe trains
+TEXT_HOOK = "compute_text_features"
+TRAIN_HOOK = "step"
+FIT_HOOK = "fit"
+
+
+@dataclass(frozen=True)
+class Method:
+    """A plugin method's declaration, the object its entry point names.
+
+    model: "package.module:Class", a `dear.contract.MethodModel` subclass;
+    recipe: "package:path/inside/it.yaml", the recipe file (docs/your-method.md#the-recipe);
+    title: one line for tables and `dear recipe`;
+    contract: the `dear.contract.VERSION` the method was written for;
+    scores: "" when a prompt names any class, else why it scores only some (a linear probe: its own classes).
+    """
+
+    model: str
+    recipe: str
+    title: str
+    contract: int
+    scores: str = ""
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One entry point of the group, loaded: its method's declaration and the distribution that installed it."""
+
+    name: str  # the entry point's name: the method's name
+    method: Method
+    target: str  # the entry point's value, e.g. clip_adapter:METHOD
+    distribution: str  # the installed distribution (pip's name), e.g. clip-adapter
+    version: str
+
+    @property
+    def module(self) -> str:
+        return self.method.model.partition(":")[0]
+
+    @property
+    def class_name(self) -> str:
+        return self.method.model.partition(":")[2]
+
+    @property
+    def label(self) -> str:
+        """How messages name it: the method, its entry point and distribution."""
+        return f"plugin method {self.name!r} ({self.target} in {self.distribution} {self.version})"
+
+    def recipe_path(self) -> Path:
+        """The recipe file the declaration names ("package:file"), found without importing the package."""
+        package, _, relative = self.method.recipe.partition(":")
+        return package_folder(package) / relative
+
+
+@dataclass(frozen=True)
+class Broken:
+    """An entry point that could not be loaded as a method: its name and the one-line problem."""
+
+    name: str
+    problem: str
+
+
+def package_folder(package: str) -> Path:
+    """The folder of an importable package (its `__init__`'s), found without running it."""
+    spec = importlib.util.find_spec(package.split(".")[0])
+    if spec is None:
+        raise DearError(f"package {package!r} is not importable; install it (pip install -e <its folder>)")
+    folder = Path(spec.submodule_search_locations[0]) if spec.submodule_search_locations else Path(spec.origin).parent
+    return folder.joinpath(*package.split(".")[1:])
+
+
+@lru_cache(maxsize=None)
+def discovered() -> tuple[Plugin | Broken, ...]:
+    """Every installed entry point of the group, loaded once per process, in name order."""
+    found = []
+    for point in sorted(importlib.metadata.entry_points(group=GROUP), key=lambda p: p.name):
+        dist = getattr(point, "dist", None)
+        where = (f"plugin method {point.name!r} ({point.value} in {dist.name if dist else 'an unknown distribution'}"
+                 f" {dist.version if dist else ''})".replace("  ", " ").replace(" )", ")"))
+        uninstall = f"pip uninstall {dist.name}" if dist else "uninstall its package"
+        try:
+            declared = point.load()
+        except Exception as error:  # the plugin's own code: any failure is its problem, reported in one line
+            found.append(Broken(point.name, f"{where}: cannot be imported ({type(error).__name__}: {error}); "
+                                            f"fix the package or {uninstall}"))
+            continue
+        if not isinstance(declared, Method):
+            found.append(Broken(point.name, f"{where}: names a {type(declared).__name__}, not a "
+                                            "dear.contract.Method; declare the method as docs/your-method.md shows"))
+            continue
+        found.append(Plugin(point.name, declared, point.value, dist.name if dist else "?", dist.version if dist else "?"))
+    return tuple(found)
+
+
+def clear() -> None:
+    """Forget what was discovered (after a package was installed in this process: tests, `dear new-method`)."""
+    discovered.cache_clear()
