@@ -386,6 +386,24 @@ def train(params, params_file: str) -> list[str]:
             for (where, value, problem), (origin, jobs) in broken.items()]
 
 
+def method_plugins(params, params_file: str) -> list[str]:
+    """The installed plugin methods: every one the study uses loads, its recipe resolves, its class has its hooks;
+    none takes a built-in method's name (such a plugin can never run: the built-in one wins).
+
+    Imports the model module of each plugin the study uses (and torch): a study of built-in methods only pays
+    for nothing but the entry points' listing.
+    """
+    from dear.methods import RESERVED, entry, plugins
+
+    found = [plugins.shadows(item, item.name) for item in plugins.discovered()
+             if isinstance(item, plugins.Plugin) and item.name in RESERVED]
+    for name in dict.fromkeys([*params.study.methods, params.train.method]):
+        plugin = entry(name).plugin  # an unusable name is a validation error of study.methods already
+        if plugin is not None:
+            found += plugins.problems(plugin)
+    return found
+
+
 def _recipe_problems(recipe, depth: dict, arch: str) -> list[tuple[str, str]]:
     """(key, what is wrong) of one resolved recipe."""
     found = []
@@ -446,14 +464,21 @@ CHECKS: tuple[Check, ...] = (
     Check(profile, ("profile", "model", "data", "world"), "the profile's roles, bank, layers and SVD rank",
           stages=("profile",)),
     Check(train, ("train", "model", "study"), "train.recipes and every training job's recipe", stages=("train",)),
+    Check(method_plugins, ("train", "study"), "the study's plugin methods", stages=("train",)),
 )
 
 # --- warnings: what runs, but not as the config reads -------------------------------
 
 def warnings(params: Params, params_file: str) -> list[str]:
     """Fewer training images than data.shots in a class; more worker processes than this machine's CPUs."""
+    from dear.methods import plugins
+
     found = [f"data.custom.{name}: declared but data.datasets does not list it, so it is not prepared; add it there "
              "to use it" for name in params.data.custom if name not in params.data.datasets]
+    unusable = [item.problem if isinstance(item, plugins.Broken) else plugins.wrong_contract(item)
+                for item in plugins.discovered() if item.name not in params.study.methods and
+                (isinstance(item, plugins.Broken) or item.method.contract != plugins.CONTRACT_VERSION)]
+    found += [f"{line} (installed, not used by this study)" for line in unusable]
     trained_on = dict.fromkeys(dataset for _, dataset, protocol, _ in training_jobs(params)  # targets draw no shots
                                if protocol != "few_shot")
     few = params.study.few_shot_on

@@ -165,6 +165,7 @@ def job_record(stage: str, params, inputs: dict) -> dict:
     """What every output of this run records about its job: the stage, its arguments, the values it reads
     (resolved, key by key: dear.keys), the sha256 of its code and each file's fingerprint (dear.jobs.code)."""
     from dear import jobs, keys
+    from dear.methods import entry
 
     shots = {"shots": inputs["shots"]} if inputs.get("shots") is not None else {}  # a few-shot run's K
     args = {"train": lambda: dict(method=inputs["method"] or params.train.method, dataset=inputs["dataset"],
@@ -176,9 +177,17 @@ def job_record(stage: str, params, inputs: dict) -> dict:
     try:
         reads = keys.reads(params, stage, **args)
         code = jobs.code(stage, args.get("method") if stage in jobs.METHOD_STAGES else None, args.get("dataset"))
+        plugin = entry(args["method"]).plugin if args.get("method") else None
     except DearError:  # an argument the stage refuses in its own words (an unknown --method): no record to make
         return {}
-    return {"stage": stage, "args": args, "reads": reads, "code": code.sha256, "code_files": code.files}
+    return {"stage": stage, "args": args, "reads": reads, "code": code.sha256, "code_files": code.files,
+            **({"plugin": plugin_record(plugin)} if plugin else {})}
+
+
+def plugin_record(plugin) -> dict:
+    """What a run records of a plugin method: the distribution and version that declare it, and its entry point."""
+    return {"method": plugin.name, "distribution": plugin.distribution, "version": plugin.version,
+            "entry_point": plugin.target, "contract": plugin.method.contract}
 
 
 def _import_stage(name: str):
@@ -377,7 +386,7 @@ def train(
     seed: Optional[List[int]] = typer.Option(
         None, "--seed", help="run seed (init of the learnable parts, batch order, augmentations); repeat for several; "
                              "default: every data.seeds. Several seeds need {seed} in --fewshot and --out"),
-    method: Optional[str] = typer.Option(None, help=" | ".join(method_names()) + " (default: train.method)"),
+    method: Optional[str] = typer.Option(None, help=" | ".join(method_names()) + " | a plugin's method (default: train.method)"),
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet of `dear profile` (needed by --method dear)"),
     classes: str = typer.Option("base", help="classes trained on: base (base-to-novel) | all (transfer source)"),

@@ -26,6 +26,14 @@ A registry (`REGISTRIES`: the methods, the datasets) is a table of entries
 keyed by name; its entries are fingerprinted one by one, apart from the
 rest of their module, and a job counts only the entries its names (method,
 dataset) pick. So adding a method or a dataset changes no existing job's code.
+
+A method from an installed package (`dear.methods.plugins`) is code of the
+study too: its package is added as a root (`add_root`) and followed like
+`dear/` (every import inside it, with the `dear` modules it imports), so an
+edit of the plugin's module replans that method's jobs, and installing a
+package changes no other job's code. Files are named by their path from the
+folder that holds their top-level package (`dear/methods/coop.py`,
+`clip_adapter/method.py`).
 """
 
 from __future__ import annotations
@@ -50,16 +58,54 @@ VALUES = {"dear.params"}
 HELP_KEYWORDS = {"Field": "description", "Option": "help", "Argument": "help"}  # call -> its help text
 
 
+# top-level package or module -> its folder (a package) or file (a module): dear's, and each plugin's a job runs
+ROOTS: dict[str, Path] = {NAME: PACKAGE}
+
+
+def add_root(top: str) -> None:
+    """Follow the imports of the top-level package (or module) `top` too: a plugin method's code."""
+    if top in ROOTS:
+        return
+    import importlib.util
+
+    spec = importlib.util.find_spec(top)
+    if spec is None or spec.origin is None and not spec.submodule_search_locations:
+        raise ValueError(f"{top}: not an importable package or module")
+    ROOTS[top] = Path(next(iter(spec.submodule_search_locations)) if spec.submodule_search_locations
+                      else spec.origin).resolve()
+
+
 def module_file(module: str) -> Path | None:
-    """dear.a.b -> dear/a/b.py or dear/a/b/__init__.py (None: not a module of the package)."""
+    """dear.a.b -> dear/a/b.py or dear/a/b/__init__.py (None: not a module of a root: dear or an added plugin)."""
     parts = module.split(".")
-    if parts[0] != NAME:
+    root = ROOTS.get(parts[0])
+    if root is None:
         return None
-    base = PACKAGE.joinpath(*parts[1:])
+    if root.is_file():  # a plugin that is one module
+        return root if len(parts) == 1 else None
+    base = root.joinpath(*parts[1:])
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if path.is_file():
             return path
     return None
+
+
+def file_key(path: Path) -> str:
+    """How a job's code names a file: its path from the folder holding its root (dear/methods/coop.py)."""
+    path = Path(path).resolve()
+    for root in ROOTS.values():
+        if path == root or root in path.parents:
+            return str(path.relative_to(root.parent))
+    raise ValueError(f"{path}: not a file of dear or of a plugin whose code is followed")
+
+
+def key_path(key: str) -> Path:
+    """The file a code key names (the inverse of `file_key`)."""
+    top = key.split("/", 1)[0]
+    root = ROOTS.get(top) or ROOTS.get(top.removesuffix(".py"))
+    if root is None:
+        raise ValueError(f"{key}: not a file of dear or of a plugin whose code is followed")
+    return root.parent / key
 
 
 def is_package(module: str) -> bool:
@@ -143,14 +189,14 @@ def closure(roots: list[str] | tuple[str, ...]) -> list[str]:
 
 
 def resources(modules: list[str]) -> list[str]:
-    """The files of dear/resources/ that `modules` name as a string (by file name or stem), relative to the package."""
+    """The files of dear/resources/ that `modules` name as a string (by file name or stem), as code keys."""
     names = {}
     for path in sorted(RESOURCES.iterdir()) if RESOURCES.is_dir() else ():
         if path.is_file():
             names.setdefault(path.name, path)
             names.setdefault(path.stem, path)
     found = {names[text] for module in modules for text in _strings(*_stamped(module)) if text in names}
-    return sorted(str(path.relative_to(PACKAGE)) for path in found)
+    return sorted(file_key(path) for path in found)
 
 
 def _stamped(module: str) -> tuple[Path, int]:
@@ -203,8 +249,8 @@ def _normalised(path: Path, mtime_ns: int) -> ast.Module:
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE).with_suffix("").parts
-    return ".".join([NAME, *(parts[:-1] if parts[-1] == "__init__" else parts)])
+    parts = Path(file_key(path)).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def registry_entries(module: str) -> dict[str, str]:
@@ -222,9 +268,10 @@ def _registry_entries(module: str, path: Path, mtime_ns: int) -> dict[str, str]:
             for key, value in zip(table.keys, table.values) if isinstance(key, ast.Constant)}
 
 
-def file_fingerprint(relative: str) -> str:
-    """sha256 of one package file: a module's syntax tree without docstrings, a YAML file's values, other bytes."""
-    path = PACKAGE / relative
+def file_fingerprint(key: str) -> str:
+    """sha256 of one file of the code (`file_key`): a module's syntax tree without docstrings, a YAML file's
+    values, other bytes."""
+    path = key_path(key)
     return _file_fingerprint(path, path.stat().st_mtime_ns)
 
 
@@ -242,11 +289,12 @@ def _file_fingerprint(path: Path, mtime_ns: int) -> str:
 
 
 def relative_file(module: str) -> str:
-    return str(module_file(module).relative_to(PACKAGE))
+    """The code key of a module's file (dear.methods.coop -> dear/methods/coop.py)."""
+    return file_key(module_file(module))
 
 
 def fingerprints(files: list[str]) -> dict[str, str]:
-    """{file relative to the package: its fingerprint}, sorted by file."""
+    """{code key: its fingerprint}, sorted by key."""
     return {name: file_fingerprint(name) for name in sorted(files)}
 
 

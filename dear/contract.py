@@ -34,10 +34,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from dear.errors import DearError
-from dear.methods.plugins import Method
+from dear.methods.plugins import CONTRACT_VERSION, Method
 from dear.methods.recipe import KINDS, PROTOCOLS, Key, Recipe
 
-VERSION = 1  # the contract's version: a plugin states the one it was written for (Method.contract)
+VERSION = CONTRACT_VERSION  # the contract's version: a plugin states the one it was written for (Method.contract)
 
 if TYPE_CHECKING:  # for readers and type checkers; loaded lazily below
     from dear.methods import prompts, towers

@@ -105,33 +105,43 @@ def code(stage: str, method: str | None = None, dataset: str | None = None) -> C
     """The code `dear <stage>` runs (with `--method`, `--dataset` where it takes them).
 
     The import closure of `dear.stages.<stage>` and of the method's module
-    (`dear.methods.REGISTRY`), the resources they name, the method's recipe
-    files, and of each registry in the closure the one entry the job picks.
+    (`dear.methods.REGISTRY`, or the installed package that declares it: its
+    model's module and the module its entry point names, followed inside that
+    package), the resources they name, the method's recipe files, and of each
+    registry in the closure the one entry the job picks.
     The `dear` command around the stage (dear/cli.py parsing, dear/check.py
     refusing bad values) decides whether a job runs, never what it writes,
     and is not counted: a new check or a reworded help changes no job's code.
     The name carries the method and dataset only where an entry of theirs
-    counts (train-maple, prepare-world_objects, world).
+    counts (train-maple, prepare-world_objects, world, train-clip_adapter).
     """
     from dear import methods
+    from dear.methods.recipe import recipe_files
 
     entry = methods.entry(method) if method else None
-    modules = codegraph.closure([f"dear.stages.{stage}", *([f"dear.methods.{entry.module}"] if entry else [])])
+    roots = [f"dear.stages.{stage}"]
+    if entry is not None:
+        roots.append(entry.module_name)
+    if entry is not None and entry.plugin is not None:
+        roots.append(entry.plugin.target.partition(":")[0])  # where its declaration lies
+        for root in roots[1:]:
+            codegraph.add_root(root.split(".")[0])
+    modules = codegraph.closure(roots)
     files = codegraph.fingerprints([codegraph.relative_file(m) for m in modules] + codegraph.resources(modules))
     if entry:
-        from dear.methods.recipe import recipe_files
-
-        files.update(codegraph.fingerprints([name.removeprefix("dear/") for name in recipe_files(entry.recipe)]))
+        files.update(codegraph.fingerprints([codegraph.file_key(path) for path in recipe_files(entry.recipe)]))
     if stage in CACHED:
         files.update(_versions())
     names = []
     for module, pick in (("dear.methods", method), ("dear.data.coop", dataset)):
         if pick and module in modules:
             entries = codegraph.registry_entries(module)
-            files[f"{codegraph.relative_file(module)}:{codegraph.REGISTRIES[module]}[{pick}]"] = entries.get(pick, "")
+            if pick in entries or module != "dear.methods":
+                files[f"{codegraph.relative_file(module)}:{codegraph.REGISTRIES[module]}[{pick}]"] = \
+                    entries.get(pick, "")
             names.append(pick)
-    return Code("-".join([stage, *names]), {(name if name.startswith("versions/") else f"dear/{name}"): value
-                                            for name, value in sorted(files.items())})
+    # in the order of the names below their top folder, as code files have always listed them (unchanged bytes)
+    return Code("-".join([stage, *names]), dict(sorted(files.items(), key=lambda item: item[0].removeprefix("dear/"))))
 
 
 def _versions() -> dict[str, str]:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from dear import strict_yaml
 from dear.errors import DearError
-from dear.methods import REGISTRY
+from dear.methods import entry as method_entry
 from dear.methods.recipe import problems as recipe_problems
 from dear.methods.recipe import resolve
 
@@ -267,8 +267,11 @@ class Train(Section):
 
 
 def _registered_method(name: str) -> str:
-    if name not in REGISTRY:
-        raise ValueError(f"unknown method {name!r}; use one of {', '.join(REGISTRY)}")
+    """A built-in method, or one an installed package declares that can be used (else its one-line problem)."""
+    try:
+        method_entry(name)
+    except DearError as err:
+        raise ValueError(str(err)) from None
     return name
 
 

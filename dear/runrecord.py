@@ -120,8 +120,10 @@ def read_evaluation(path: Path) -> dict:
 
 
 def _process(made_by: dict) -> dict:
+    plugin = made_by.get("job", {}).get("plugin")  # a method from an installed package: its distribution
     return {"code": made_by.get("code", {}), "versions": made_by.get("versions", {}),
-            "devices": made_by.get("devices", {}), "compute": made_by.get("compute", {})}
+            "devices": made_by.get("devices", {}), "compute": made_by.get("compute", {}),
+            **({"plugin": plugin} if plugin else {})}
 
 
 def build(models: list[Path], evals: list[Path], benchmarks: list[Path], params: dict, report: dict) -> dict:
@@ -136,6 +138,7 @@ def build(models: list[Path], evals: list[Path], benchmarks: list[Path], params:
         "report": report,
         "code": _distinct([p["code"] for p in processes + [report]]),
         "versions": _distinct([p["versions"] for p in processes + [report]]),
+        "plugins": _distinct([p.get("plugin") for p in processes]),  # methods from installed packages
         "devices": _distinct([_device_names(p["devices"]) for p in processes]),
         "compute": _distinct([p["compute"] for p in processes]),  # what decided the floats (dear.reproducible)
         "peak_gpu_memory_mb": max([peak for p in processes if (peak := _gpu_peak(p["devices"])) is not None],
@@ -196,6 +199,9 @@ def markdown(record: dict) -> list[str]:
               "distinct run hashes (each method, dataset and seed has its own)"]
     for versions in record["versions"]:
         lines.append("- **Versions**: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
+    for plugin in record.get("plugins", []):
+        lines.append(f"- **Plugin method** {plugin['method']}: {plugin['distribution']} {plugin['version']} "
+                     f"(entry point {plugin['entry_point']}, method contract {plugin['contract']})")
     for devices in record["devices"]:
         lines.append(f"- **Devices**: CPU {devices.get('cpu')}; CUDA {', '.join(devices['cuda']) or 'none'}")
     peak = record.get("peak_gpu_memory_mb")

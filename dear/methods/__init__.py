@@ -1,13 +1,16 @@
 """The methods compared side by side: one module per method, found by name.
 
-The registry below is the only list of methods. Each entry names the module
-that builds the method's model (imported only when a model is built: it
-needs torch) and the recipe it trains with, plain data in
+The registry below is the list of built-in methods. Each entry names the
+module that builds the method's model (imported only when a model is built:
+it needs torch) and the recipe it trains with, plain data in
 `dear/methods/recipes/<recipe>.yaml` that `dear recipe`, `dear check`, the
 params validation and the engines read without importing torch.
 
-Adding a method: its module (a `MethodModel` subclass, `dear/methods/base.py`),
-one line here, and its recipe file.
+Adding a built-in method: its module (a `MethodModel` subclass,
+`dear/methods/base.py`), one line here, and its recipe file. A method of
+one's own needs no edit of `dear`: an installed package declares it under the
+`dear.methods` entry-point group (`dear.methods.plugins`,
+docs/your-method.md), and `entry` finds it by name like a built-in one.
 """
 
 from __future__ import annotations
@@ -16,14 +19,22 @@ import importlib
 from dataclasses import dataclass
 
 from dear.errors import DearError
+from dear.methods import plugins
 
 
 @dataclass(frozen=True)
 class Entry:
-    module: str  # dear.methods.<module>, holding `Model`
-    recipe: str  # dear/methods/recipes/<recipe>.yaml
+    module: str  # dear.methods.<module>, holding `MODELS` (a plugin's: its model's module)
+    recipe: str  # dear/methods/recipes/<recipe>.yaml (a plugin's: its method's name, file in its package)
     title: str  # one line for tables and --help
     scores: str = ""  # "" any class list (a prompt names any class); else why it scores only some (shown for "—")
+    plugin: plugins.Plugin | None = None  # the installed package that declares it; None: built into dear
+    protocols: tuple[str, ...] = plugins.PROTOCOLS  # those it runs in (what dear.testing exercises)
+
+    @property
+    def module_name(self) -> str:
+        """The module that holds the method's model class."""
+        return self.plugin.module if self.plugin else f"dear.methods.{self.module}"
 
 
 FITTED_CLASSES = ("a linear probe has a classifier only for the classes of its training shots: no novel classes, "
@@ -43,23 +54,44 @@ REGISTRY: dict[str, Entry] = {
     "dear_nomask": Entry("dear", "dear", "DeAR without its role mask (the ablation)"),
     "dear": Entry("dear", "dear", "DeAR: attribute tokens behind a per-head role mask"),
 }
+# names a plugin may not take: the built-in methods' and the recipe files' (a plugin's recipe is named after it)
+RESERVED = frozenset({*REGISTRY, "dassl", *(e.recipe for e in REGISTRY.values())})
 
 
 def names() -> list[str]:
-    """Every registered method, in the order of the papers' tables."""
+    """Every built-in method, in the order of the papers' tables."""
     return list(REGISTRY)
 
 
+def available() -> list[str]:
+    """The built-in methods, then every method an installed package declares that can be used (by name)."""
+    return [*REGISTRY, *(found.name for found in plugins.discovered() if isinstance(found, plugins.Plugin)
+                         and found.name not in RESERVED and found.method.contract == plugins.CONTRACT_VERSION)]
+
+
 def entry(name: str) -> Entry:
-    if name not in REGISTRY:
-        raise DearError(f"unknown method {name!r}; choose one of {', '.join(REGISTRY)}")
-    return REGISTRY[name]
+    """The registry's entry of `name`, or the entry of the installed plugin that declares it."""
+    if name in REGISTRY:
+        return REGISTRY[name]
+    found = next((item for item in plugins.discovered() if item.name == name), None)
+    if found is None:
+        raise DearError(f"unknown method {name!r}; choose one of {', '.join(available())}, or install a package "
+                        "that declares it (docs/your-method.md)")
+    if isinstance(found, plugins.Broken):
+        raise DearError(found.problem)
+    if name in RESERVED:
+        raise DearError(plugins.shadows(found, name))
+    if found.method.contract != plugins.CONTRACT_VERSION:
+        raise DearError(plugins.wrong_contract(found))
+    method = found.method
+    return Entry(found.module, found.name, method.title, method.scores, plugin=found, protocols=method.protocols)
 
 
 def model_class(name: str):
     """The `MethodModel` subclass of method `name` (imports its module, and torch)."""
-    module = importlib.import_module(f"dear.methods.{entry(name).module}")
-    return module.MODELS[name]
+    found = entry(name)
+    module = importlib.import_module(found.module_name)
+    return getattr(module, found.plugin.class_name) if found.plugin else module.MODELS[name]
 
 
 def create(name: str, backbone, recipe, roles=None, seed: int = 0):

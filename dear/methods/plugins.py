@@ -29,6 +29,9 @@ from pathlib import Path
 from dear.errors import DearError
 
 GROUP = "dear.methods"
+PROTOCOLS = ("base_to_novel", "transfer", "few_shot")  # the protocols a method may run in (dear.methods.recipe)
+# dear.contract.VERSION: raised when a name of the contract changes meaning or goes (docs/your-method.md#versions)
+CONTRACT_VERSION = 1
 # hooks a method's class must define itself (else it is the base's, which raises): always / when its recipe trains
 TEXT_HOOK = "compute_text_features"
 TRAIN_HOOK = "step"
@@ -43,7 +46,8 @@ class Method:
     recipe: "package:path/inside/it.yaml", the recipe file (docs/your-method.md#the-recipe);
     title: one line for tables and `dear recipe`;
     contract: the `dear.contract.VERSION` the method was written for;
-    scores: "" when a prompt names any class, else why it scores only some (a linear probe: its own classes).
+    scores: "" when a prompt names any class, else why it scores only some (a linear probe: its own classes);
+    protocols: those its author runs it in, each exercised by `dear.testing` (default: all of them).
     """
 
     model: str
@@ -51,6 +55,7 @@ class Method:
     title: str
     contract: int
     scores: str = ""
+    protocols: tuple[str, ...] = PROTOCOLS
 
 
 @dataclass(frozen=True)
@@ -125,3 +130,55 @@ def discovered() -> tuple[Plugin | Broken, ...]:
 def clear() -> None:
     """Forget what was discovered (after a package was installed in this process: tests, `dear new-method`)."""
     discovered.cache_clear()
+
+
+def shadows(plugin: Plugin, name: str) -> str:
+    return (f"{plugin.label}: its name shadows the built-in {name!r}; rename its entry point in the package's "
+            f"pyproject.toml ([project.entry-points.\"{GROUP}\"]) and reinstall it")
+
+
+def wrong_contract(plugin: Plugin) -> str:
+    return (f"{plugin.label}: written for method contract {plugin.method.contract!r}, but this dear provides "
+            f"contract {CONTRACT_VERSION}; install the plugin's version for contract {CONTRACT_VERSION}, or a dear "
+            f"that provides {plugin.method.contract!r} (docs/your-method.md#versions)")
+
+
+def problems(plugin: Plugin) -> list[str]:
+    """What stops a plugin method from running, one line each: its recipe file, its model class, its hooks.
+
+    Imports the model's module (and torch): `dear check` asks this of the plugins a study uses only.
+    """
+    from dear.methods import model_class
+    from dear.methods.recipe import load, resolve
+
+    found = []
+    try:
+        spec = load(plugin.name)
+        resolve({}, plugin.name, "any", "base_to_novel")  # every key has a default
+    except DearError as error:
+        found.append(f"{plugin.label}: {error}")
+        spec = None
+    try:
+        cls = model_class(plugin.name)
+    except Exception as error:  # the plugin's code: whatever it raises is its problem, in one line
+        return [*found, f"{plugin.label}: its model {plugin.method.model} cannot be imported "
+                        f"({type(error).__name__}: {error}); fix `model=` of its Method declaration or the module"]
+    from dear.methods.base import MethodModel
+
+    if not (isinstance(cls, type) and issubclass(cls, MethodModel)):
+        return [*found, f"{plugin.label}: its model {plugin.method.model} is not a dear.contract.MethodModel "
+                        "subclass; derive it from MethodModel (docs/your-method.md#hooks)"]
+    missing = [hook for hook in required_hooks(cls, trains=spec.trains if spec else False)
+               if getattr(cls, hook, None) is getattr(MethodModel, hook, None)]
+    found += [f"{plugin.label}: {cls.__name__} does not define the hook {hook}, which "
+              f"{'every method needs' if hook != TRAIN_HOOK else 'a method whose recipe trains (base: dassl) needs'}; "
+              "write it (docs/your-method.md#hooks)" for hook in missing]
+    return found
+
+
+def required_hooks(cls, trains: bool) -> list[str]:
+    """The hooks a method's class must define: a probe fitted on features its `fit`, any other the text hook, and
+    the loss of a training step when its recipe trains."""
+    if getattr(cls, "fits_features", False):
+        return [FIT_HOOK]
+    return [TEXT_HOOK, *([TRAIN_HOOK] if trains else [])]

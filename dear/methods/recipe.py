@@ -39,10 +39,10 @@ from typing import Any
 import yaml
 
 from dear.errors import DearError
-from dear.methods import REGISTRY, entry
+from dear.methods import RESERVED, entry, plugins
 
 FOLDER = Path(__file__).with_name("recipes")
-PROTOCOLS = ("base_to_novel", "transfer", "few_shot")  # base classes | the transfer source | K shots, all classes
+PROTOCOLS = plugins.PROTOCOLS  # base_to_novel: base classes | transfer: the transfer source | few_shot: K shots, all classes
 KINDS = ("authors", "paper", "ours")
 SHARED = "all"  # train.recipes.all: every recipe that has the key
 SECTIONS = ("datasets", "transfer", "few_shot")  # the non-value keys of an override block
@@ -143,7 +143,8 @@ def _layers(raw: list, path: Path, keys: dict[str, Key]) -> tuple[Layer, ...]:
         unknown = sorted(set(item["values"]) - set(keys))
         if kind not in KINDS or unknown:
             raise DearError(f"{path}: layer from {item['source']!r}: "
-                            + (f"unknown keys {unknown}" if unknown else f"kind {kind!r} is not one of {KINDS}"))
+                            + (f"unknown keys {unknown}; declare each under `keys:` with its type and help, or fix "
+                               "its spelling" if unknown else f"kind {kind!r} is not one of {KINDS}"))
         for name, value in item["values"].items():
             problem = keys[name].check(value)
             if problem:
@@ -152,12 +153,29 @@ def _layers(raw: list, path: Path, keys: dict[str, Key]) -> tuple[Layer, ...]:
     return tuple(layers)
 
 
-@functools.lru_cache(maxsize=None)
+def path_of(name: str) -> Path:
+    """Where recipe `name` lies: dear/methods/recipes/<name>.yaml, or the file a plugin method declares (a plugin's
+    recipe is named after its method)."""
+    own = FOLDER / f"{name}.yaml"
+    if own.is_file() or name in RESERVED:
+        return own
+    plugin = entry(name).plugin
+    return plugin.recipe_path() if plugin else own
+
+
 def load(name: str) -> RecipeFile:
-    """The recipe file `name` (cached: the files are part of the package)."""
-    path = FOLDER / f"{name}.yaml"
+    """The recipe file `name` (cached per file and modification time: a built-in file is read once)."""
+    path = path_of(name)
     if not path.is_file():
-        raise DearError(f"{path}: no recipe file {name!r}; add it or fix the registry (dear/methods/__init__.py)")
+        owner = entry(name).plugin if name not in RESERVED else None
+        raise DearError(f"{owner.label}: its recipe file {path} does not exist; fix `recipe=` of its Method "
+                        "declaration" if owner else
+                        f"{path}: no recipe file {name!r}; add it or fix the registry (dear/methods/__init__.py)")
+    return _load(name, path, path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _load(name: str, path: Path, mtime_ns: int) -> RecipeFile:
     raw = yaml.safe_load(path.read_text())
     base = load(raw["base"]) if raw.get("base") else None
     keys = dict(base.keys) if base else {}
@@ -201,12 +219,13 @@ def _few_shot(raw: dict, path: Path, keys: dict[str, Key], inherited: FewShot) -
                    merged(raw.get("shots") or {}, inherited.shots), merged(raw.get("datasets") or {}, inherited.datasets))
 
 
-def recipe_files(name: str) -> list[str]:
-    """`dear/methods/recipes/<name>.yaml` and the files its `base` and `inherit` read, in that order."""
-    raw = yaml.safe_load((FOLDER / f"{name}.yaml").read_text())
+def recipe_files(name: str) -> list[Path]:
+    """The recipe file `name` and the files its `base` and `inherit` read, in that order."""
+    path = path_of(name)
+    raw = yaml.safe_load(path.read_text())
     parents = [raw["base"]] if raw.get("base") else []
     parents += [raw["inherit"]["recipe"]] if raw.get("inherit") else []
-    found = [f"dear/methods/recipes/{name}.yaml"]
+    found = [path]
     for parent in parents:
         found += [f for f in recipe_files(parent) if f not in found]
     return found
@@ -278,10 +297,6 @@ class Recipe:
                                    **({"authors": s.authors} if s.differs else {})}
                              for key, s in self.settings.items()}}
 
-    def files(self) -> list[str]:
-        """The recipe files (relative to the package) this recipe is read from: its own, its base, what it inherits."""
-        return recipe_files(self.recipe)
-
     @classmethod
     def from_dict(cls, data: dict) -> "Recipe":
         settings = {key: Setting(s["value"], s["source"], s["kind"], s.get("authors", NOT_SET))
@@ -330,17 +345,15 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int 
             settings[key] = Setting(value, f"{where}.{key}", "ours", replaced)
     missing = [key for key in spec.keys if key not in settings]
     if missing:
-        raise DearError(f"{FOLDER / spec.name}.yaml: no value for {missing}; every key needs a default layer")
+        raise DearError(f"{path_of(spec.name)}: no value for {missing}; every key needs a default layer")
     order = list(spec.keys)
     return Recipe(method, spec.name, dataset, protocol, {key: settings[key] for key in order}, tuple(read), shots)
 
 
 def _unknown_override(key: str, where: str, spec: RecipeFile) -> None:
     """A key this recipe lacks: an error in the method's own block; in `all`, only when no recipe has it."""
-    from dear.methods import REGISTRY
-
     if where.startswith(f"train.recipes.{SHARED}"):
-        every = {k for name in {e.recipe for e in REGISTRY.values()} for k in load(name).keys}
+        every = {k for name in known_recipes() for k in load(name).keys}
         if key in every:
             return
         raise DearError(f"{where}.{key}: unknown recipe key; remove it or fix its spelling" + _close(key, every))
@@ -373,7 +386,7 @@ def problems(recipes: Any) -> list[str]:
         return []
     if not isinstance(recipes, dict):
         return ["train.recipes: must be a mapping of recipe name to changes (e.g. {mmrl: {epochs: 4}})"]
-    known = sorted({entry.recipe for entry in REGISTRY.values()})
+    known = known_recipes()
     found = []
     for owner, block in recipes.items():
         where = f"train.recipes.{owner}"
@@ -383,6 +396,13 @@ def problems(recipes: Any) -> list[str]:
         found += _block_problems(block, where, {name: load(name).keys for name in (known if owner == SHARED
                                                                                   else [owner])}, top=True)
     return found
+
+
+def known_recipes() -> list[str]:
+    """The built-in methods' recipes, then those of the installed plugins that load (a plugin's: its method's name)."""
+    from dear.methods import available
+
+    return sorted({entry(name).recipe for name in available()})
 
 
 def _block_problems(block: Any, where: str, keys: dict[str, dict[str, Key]], top: bool) -> list[str]:

@@ -126,10 +126,16 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
 def limits(evals: pd.DataFrame) -> dict[str, str]:
     """{method: why it has no number for some class lists} of the reported methods that say so (the registry's
     `scores`: a linear probe has no classifier for novel classes or another dataset's)."""
-    from dear.methods import REGISTRY
+    from dear.errors import DearError
+    from dear.methods import entry
 
-    return {name: REGISTRY[name].scores for name in sorted(set(evals["method"]))
-            if name in REGISTRY and REGISTRY[name].scores}
+    def scores(name: str) -> str:
+        try:
+            return entry(name).scores
+        except DearError:  # a plugin no longer installed: its tables still report, without the sentence
+            return ""
+
+    return {name: scores(name) for name in sorted(set(evals["method"])) if scores(name)}
 
 
 def few_shot_files(results: pd.DataFrame, methods: list[str], dpi: int) -> dict[str, bytes]:

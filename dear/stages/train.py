@@ -89,12 +89,14 @@ def default_checkpoint(out: Path, root: str = ".") -> Path:
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
-    from dear.methods import REGISTRY, create
+    from dear.methods import create, entry
     from dear.model.clip import load_backbone
 
     name = inputs.method or params.train.method
-    if name not in REGISTRY:
-        raise DearError(f"--method: unknown method {name!r}; choose one of {', '.join(REGISTRY)}")
+    try:
+        entry(name)
+    except DearError as err:
+        raise DearError(f"--method: {err}") from None
     if inputs.classes not in ("base", "all"):
         raise DearError(f"--classes: {inputs.classes!r} is not a class subset to train on; use base or all")
     recipe = params.train.recipe(name, inputs.dataset, protocol(inputs.classes, inputs.shots), inputs.shots)
