@@ -365,6 +365,7 @@ def train(params, params_file: str) -> list[str]:
 
     A bad value is reported once, by the key it comes from, with the jobs it would break.
     """
+    from dear.methods import entry
     from dear.methods.recipe import problems as recipe_problems
 
     found = recipe_problems(params.train.recipes)
@@ -373,7 +374,11 @@ def train(params, params_file: str) -> list[str]:
     config = arch_config(params.model.arch) or {}
     depth = tower_depths(config)
     broken: dict[tuple, list] = {}  # (key, value, problem) -> [where it comes from, jobs]
+    from dear.methods.recipe import loads
+
     for method, dataset, protocol, shots in training_jobs(params):
+        if not loads(entry(method).recipe):
+            continue  # a plugin's broken recipe file: `method_plugins` names it
         recipe = params.train.recipe(method, dataset, protocol, shots)
         for key, problem in _recipe_problems(recipe, depth, params.model.arch):
             setting = recipe.settings[key]

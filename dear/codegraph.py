@@ -63,8 +63,9 @@ ROOTS: dict[str, Path] = {NAME: PACKAGE}
 
 
 def add_root(top: str) -> None:
-    """Follow the imports of the top-level package (or module) `top` too: a plugin method's code."""
-    if top in ROOTS:
+    """Follow the imports of the top-level package (or module) `top` too: a plugin method's code (looked up
+    again each time: a package installed anew may lie elsewhere)."""
+    if top == NAME:
         return
     import importlib.util
 

@@ -664,8 +664,45 @@ PREDICT = [
 ]
 
 
+def _plugin_case(id: str, given: str, expect: list[str], used: bool = True, **plugin) -> Case:
+    """`dear check` of a study with a broken plugin method installed (tests/plugins.py writes it as pip would)."""
+    package = "broken_" + id.removeprefix("plugin-").removesuffix("-check").replace("-", "_")
+
+    def setup(inputs: Inputs, here: Path, patch) -> None:
+        from tests.plugins import fresh_discovery, write_plugin
+
+        method = write_plugin(here / "site", package, **plugin)
+        fresh_discovery(patch, here / "site")
+        methods = ["zeroshot", method] if used else ["zeroshot"]
+        params_with(inputs, here, lambda raw: (raw["study"].__setitem__("methods", methods),
+                                               raw["report"].update(methods=methods, compare=methods[-1])))
+
+    return Case(id, "check", given, expect, lambda i: ["check", "--params", "params.yaml"], setup=setup)
+
+
+PLUGINS = [  # a method from an installed package that cannot run (docs/your-method.md)
+    _plugin_case("plugin-import-error-check", "a plugin whose package fails to import",
+                 ["plugin method 'broken_import_error'", "cannot be imported", "No module named 'not_installed'",
+                  "pip uninstall broken-import-error"],
+                 init="import not_installed  # a dependency the plugin forgot\n"),
+    _plugin_case("plugin-recipe-key-check", "a plugin whose recipe sets a key its `keys:` lacks",
+                 ["plugin method 'broken_recipe_key'", "unknown keys ['rank']", "declare each under `keys:`"],
+                 recipe='title: "x"\nprompt: template\nkeys:\n  template: {type: str, help: "x"}\nrecipe:\n'
+                        '  - source: "tests/plugins.py"\n    kind: ours\n    values: {template: "a {}.", rank: 4}\n'),
+    _plugin_case("plugin-contract-check", "a plugin written for another method contract",
+                 ["plugin method 'broken_contract'", "written for method contract 2", "provides contract 1"],
+                 contract=2),
+    _plugin_case("plugin-shadows-coop-check", "an installed plugin named coop (a built-in method's name)",
+                 ["plugin method 'coop'", "shadows the built-in 'coop'", "rename its entry point"],
+                 used=False, method="coop"),
+    _plugin_case("plugin-missing-hook-check", "a plugin whose model does not write its class features",
+                 ["plugin method 'broken_missing_hook'", "does not define the hook compute_text_features"],
+                 model="dear.contract:MethodModel"),
+]
+
+
 CASES = PARAMS + YAML + NUMBERS + FILESYSTEM + IMAGES + DATA + OWN_DATA + LOADING + RECORD + PREDICT + FEW_SHOT \
-    + COLLECT
+    + COLLECT + PLUGINS
 
 
 # --- running one ------------------------------------------------------------------------------

@@ -399,10 +399,19 @@ def problems(recipes: Any) -> list[str]:
 
 
 def known_recipes() -> list[str]:
-    """The built-in methods' recipes, then those of the installed plugins that load (a plugin's: its method's name)."""
+    """The built-in methods' recipes and those of the installed plugins whose recipe file loads (a plugin's is
+    named after its method; `dear check` names a plugin whose file does not)."""
     from dear.methods import available
 
-    return sorted({entry(name).recipe for name in available()})
+    return sorted({entry(name).recipe for name in available() if name in RESERVED or loads(name)})
+
+
+def loads(name: str) -> bool:
+    try:
+        load(name)
+    except DearError:
+        return False
+    return True
 
 
 def _block_problems(block: Any, where: str, keys: dict[str, dict[str, Key]], top: bool) -> list[str]:

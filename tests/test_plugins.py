@@ -1,0 +1,109 @@
+"""Methods from installed packages: found by name like built-in ones, their code counted as the study's.
+
+A plugin is written and "installed" as pip installs one (a package and its .dist-info with entry_points.txt)
+into a folder put on sys.path (tests/plugins.py); the example package and the generated skeleton are
+installed with pip itself in tests/test_your_method.py.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dear import jobs
+from dear.errors import DearError
+from dear.methods import RESERVED, available, entry, model_class, names
+from dear.params import load_params
+from tests import fake_run
+from tests.plugins import installed_plugin
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def params_with(path: Path, methods: list[str]) -> Path:
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["study"]["methods"] = methods
+    raw["report"].update(methods=methods, compare=methods[-1])
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_an_installed_method_is_found_by_name_beside_the_built_in_ones(tmp_path):
+    with installed_plugin(tmp_path / "site", "my_adapter", trains=True) as name:
+        assert available() == [*names(), name]
+        found = entry(name)
+        assert found.plugin.distribution == "my-adapter" and found.plugin.version == "0.1.0"
+        assert found.module_name == "my_adapter.model" and found.recipe == name
+        assert model_class(name).__name__ == "Model"
+        params = load_params(params_with(tmp_path / "params.yaml", ["zeroshot", "coop", name]))
+        recipe = params.train.recipe(name, "world_objects", "base_to_novel")
+        assert recipe.settings["template"].source == "tests/plugins.py" and recipe.epochs == 10  # dassl's default
+    assert name not in available()
+    with pytest.raises(DearError, match="unknown method 'my_adapter'.*install a package that declares it"):
+        entry(name)
+
+
+def test_a_plugin_cannot_take_a_built_in_name_and_the_built_in_one_wins(tmp_path):
+    with installed_plugin(tmp_path / "site", "not_coop", method="coop"):
+        assert entry("coop").plugin is None and available() == names()
+        assert "coop" in RESERVED and "dassl" in RESERVED
+
+
+def test_a_plugin_of_another_contract_is_refused_by_name(tmp_path):
+    with installed_plugin(tmp_path / "site", "future_method", contract=2) as name:
+        assert name not in available()
+        with pytest.raises(DearError, match="written for method contract 2, but this dear provides contract 1"):
+            entry(name)
+
+
+def code(stage: str, method: str) -> jobs.Code:
+    jobs.code.cache_clear()
+    return jobs.code(stage, method, "world_objects")
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    """Change a file's text and move its time on (the fingerprints' caches are keyed by it)."""
+    stat = path.stat()
+    path.write_text(path.read_text().replace(old, new))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+
+
+def test_a_plugin_job_counts_the_plugins_code_and_nothing_else_changes(tmp_path):
+    """Its model module, its declaration, its recipe and the dear modules they import are its code; a comment
+    changes nothing, a change to its forward its jobs only; installing it changes no other job's code."""
+    before = {method: code("train", method).sha256 for method in ("coop", "dear")}
+    with installed_plugin(tmp_path / "site", "my_adapter", trains=True) as name:
+        found = code("train", name)
+        assert {"my_adapter/__init__.py", "my_adapter/model.py", "my_adapter/recipe.yaml", "dear/contract.py",
+                "dear/methods/recipes/dassl.yaml", "dear/stages/train.py"} <= set(found.files)
+        assert found.name == "train-my_adapter"
+        assert {method: code("train", method).sha256 for method in before} == before
+        model = tmp_path / "site/my_adapter/model.py"
+        edit(model, '"""A test plugin method', '# a comment\n"""A test plugin method, documented')
+        assert code("train", name).sha256 == found.sha256
+        edit(model, "[:, 0]", "[:, 0] * 1.0")
+        assert code("train", name).sha256 != found.sha256
+        assert {method: code("train", method).sha256 for method in before} == before
+        edit(tmp_path / "site/my_adapter/recipe.yaml", "a photo of a {}.", "a photo of the {}.")
+        assert code("evaluate", name).files["my_adapter/recipe.yaml"] != found.files["my_adapter/recipe.yaml"]
+    jobs.code.cache_clear()
+
+
+def test_dear_recipe_shows_a_plugins_values_and_sources(tmp_path):
+    with installed_plugin(tmp_path / "site", "my_adapter", trains=True) as name:
+        params = params_with(tmp_path / "params.yaml", ["zeroshot", name])
+        shown = fake_run.invoke("recipe", "--params", params, "--method", name, "--protocol", "base_to_novel").output
+        assert "a photo of a {}." in shown and "tests/plugins.py" in shown and "Dassl.pytorch" in shown
+
+
+def test_a_run_records_the_plugins_distribution_and_version(tmp_path):
+    from dear.cli import job_record
+
+    with installed_plugin(tmp_path / "site", "my_adapter", trains=True, version="2.3.1") as name:
+        params = load_params(params_with(tmp_path / "params.yaml", ["zeroshot", name]))
+        record = job_record("train", params, {"method": name, "dataset": "world_objects", "classes": "base"})
+    assert record["plugin"] == {"method": name, "distribution": "my-adapter", "version": "2.3.1",
+                                "entry_point": "my_adapter:METHOD", "contract": 1}
+    assert "plugin" not in job_record("train", params, {"method": "coop", "dataset": "world_objects",
+                                                        "classes": "base"})
