@@ -378,7 +378,7 @@ def train(params, params_file: str) -> list[str]:
 
     for method, dataset, protocol, shots in training_jobs(params):
         if not loads(entry(method).recipe):
-            continue  # a plugin's broken recipe file: `method_plugins` names it
+            continue  # a plugin's broken recipe file: `study_plugins` names it
         recipe = params.train.recipe(method, dataset, protocol, shots)
         for key, problem in _recipe_problems(recipe, depth, params.model.arch):
             setting = recipe.settings[key]
@@ -391,22 +391,28 @@ def train(params, params_file: str) -> list[str]:
             for (where, value, problem), (origin, jobs) in broken.items()]
 
 
-def method_plugins(params, params_file: str) -> list[str]:
-    """The installed plugin methods: every one the study uses loads, its recipe resolves, its class has its hooks;
-    none takes a built-in method's name (such a plugin can never run: the built-in one wins).
+def study_plugins(params, params_file: str) -> list[str]:
+    """Every plugin method the study uses loads, its recipe resolves, its class has its hooks.
 
-    Imports the model module of each plugin the study uses (and torch): a study of built-in methods only pays
-    for nothing but the entry points' listing.
+    Imports the model module of each (and torch); a study of built-in methods only asks nothing.
     """
-    from dear.methods import RESERVED, entry, plugins
+    from dear.methods import REGISTRY, entry, plugins
 
-    found = [plugins.shadows(item, item.name) for item in plugins.discovered()
-             if isinstance(item, plugins.Plugin) and item.name in RESERVED]
+    found = []
     for name in dict.fromkeys([*params.study.methods, params.train.method]):
-        plugin = entry(name).plugin  # an unusable name is a validation error of study.methods already
+        plugin = entry(name).plugin if name not in REGISTRY else None  # an unusable name: a validation error
         if plugin is not None:
             found += plugins.problems(plugin)
     return found
+
+
+def plugin_names(params, params_file: str) -> list[str]:
+    """No installed plugin takes a built-in method's name (such a plugin can never run: the built-in one wins).
+    `dear check` only: it reads every installed package's entry points."""
+    from dear.methods import RESERVED, plugins
+
+    return [plugins.shadows(item, item.name) for item in plugins.discovered()
+            if isinstance(item, plugins.Plugin) and item.name in RESERVED]
 
 
 def _recipe_problems(recipe, depth: dict, arch: str) -> list[tuple[str, str]]:
@@ -469,7 +475,8 @@ CHECKS: tuple[Check, ...] = (
     Check(profile, ("profile", "model", "data", "world"), "the profile's roles, bank, layers and SVD rank",
           stages=("profile",)),
     Check(train, ("train", "model", "study"), "train.recipes and every training job's recipe", stages=("train",)),
-    Check(method_plugins, ("train", "study"), "the study's plugin methods", stages=("train",)),
+    Check(study_plugins, ("train", "study"), "the study's plugin methods", stages=("train",)),
+    Check(plugin_names, (), "the installed plugin methods' names"),
 )
 
 # --- warnings: what runs, but not as the config reads -------------------------------

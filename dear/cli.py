@@ -715,6 +715,23 @@ def recipe(
         typer.echo(show.as_json(loaded, recipes) if as_json else show.as_text(loaded, recipes, str(params)))
 
 
+@app.command("new-method")
+def new_method(
+    name: str = typer.Argument(..., help="the method's name (in study.methods) and its package's"),
+    out: Optional[Path] = typer.Option(None, help="the package's new folder (default: ./NAME)"),
+) -> None:
+    """Write the package of a method of your own: its module, recipe, entry point and a test (docs/your-method.md).
+
+    As written it is zero-shot CLIP with nothing learnable and passes its test; fill in its hooks, then
+    `pip install -e FOLDER` and name it in study.methods."""
+    from dear import scaffold
+
+    with _one_line_errors():
+        folder = out or Path(name)
+        scaffold.run(name, folder)
+    typer.echo(f"{folder}: the package of method {name}; next: pip install -e {folder} && pytest {folder}/tests")
+
+
 @app.command("fetch-weights")
 def fetch_weights(params: Path = ParamsOption) -> None:
     """Download the configured open_clip weights (needs network).

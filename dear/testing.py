@@ -224,12 +224,16 @@ class Kit:
         assert not failed, f"method {self.method} fails {len(failed)} check(s) of dear.testing:\n" + "\n".join(failed)
 
     def check_recipe(self) -> None:
+        from dear.methods.recipe import REQUIRED
+
         for protocol in self.protocols:
             printed = invoke("recipe", "--params", self.params_path, "--method", self.method, "--protocol", protocol)
             jobs = json.loads(invoke("recipe", "--params", self.params_path, "--method", self.method,
                                      "--protocol", protocol, "--json").output)
             assert jobs, f"`dear recipe --protocol {protocol}` lists no job of the method"
             for job in jobs:
+                lacking = [key for key in REQUIRED if key not in job["settings"]]
+                assert not lacking, f"{protocol}: the recipe has no {lacking}, which `fuse` and `evaluate` read"
                 unsourced = [key for key, s in job["settings"].items() if not s.get("source") or not s.get("kind")]
                 assert not unsourced, f"{protocol}: recipe values without a source: {unsourced}"
                 unprinted = [key for key in job["settings"] if key not in printed.output]

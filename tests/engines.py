@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,8 +26,8 @@ class Step:
     outs: set[str] = field(default_factory=set)
 
 
-def engine_env() -> dict:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", DVC_NO_ANALYTICS="1", PYTHONHASHSEED="0")
+def engine_env(**extra: str) -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", DVC_NO_ANALYTICS="1", PYTHONHASHSEED="0", **extra)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     return env
 
@@ -47,8 +48,10 @@ def make_project(folder: Path, params_text: str) -> Path:
     return folder
 
 
-def run(command: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, cwd=cwd, env=engine_env(), capture_output=True, text=True, timeout=timeout)
+def run(command: list[str], cwd: Path, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`command` in `cwd` with the engines' environment (and `env` on top: a plugin's folder on PYTHONPATH)."""
+    result = subprocess.run(command, cwd=cwd, env=engine_env(**(env or {})), capture_output=True, text=True,
+                            timeout=timeout)
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
@@ -111,3 +114,27 @@ def _digested(path: str) -> str | None:
 def covered(path: str, by: set[str]) -> bool:
     """True when `path` is one of `by` or lies inside a folder of `by`."""
     return any(path == other or path.startswith(other.rstrip("/") + "/") for other in by)
+
+def dvc_ran(stdout: str) -> set[str]:
+    """The stages `dvc repro` ran (or would run, with --dry)."""
+    return set(re.findall(r"Running stage '([^']+)'", stdout))
+
+
+def snakemake_planned(stdout: str) -> set[str]:
+    """The jobs `snakemake -n` plans, named as DVC names its stages (train@dear-world_objects)."""
+    names = set()
+    for block in stdout.split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0].strip()
+        found = re.search(r"wildcards: (.*)", block)
+        items = dict(item.split("=", 1) for item in found.group(1).split(", ")) if found else {}
+        values = [items[key] for key in ("method", "dataset") if key in items]
+        names.add(rule + (f"@{'-'.join(values)}" if values else ""))
+    return names - {"all"}
+
+
+def handed_to_dvc(snakemake_project: Path, tree: Path, env: dict | None = None) -> Path:
+    """A copy of the Snakemake-built tree that DVC records as it is (docs/engines.md: the hand-over)."""
+    shutil.copytree(snakemake_project, tree, symlinks=True)  # copy2: the same mtimes
+    run([str(BIN / "dvc"), "repro", "check"], tree, env=env)  # the jobs' values files, which DVC records with the tree
+    run([str(BIN / "dvc"), "commit", "-f"], tree, env=env)
+    return tree

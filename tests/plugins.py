@@ -46,6 +46,7 @@ RECIPE = '''title: "a test plugin"
 {base}prompt: template
 keys:
   template: {{type: str, help: "the hand-written prompt"}}
+  precision: {{type: "fp16|fp32|bf16", help: "the run's precision"}}
 recipe:
   - source: "tests/plugins.py"
     kind: ours
@@ -64,7 +65,7 @@ def write_plugin(site: Path, package: str, method: str | None = None, model_body
     (folder / "recipe.yaml").write_text(recipe if recipe is not None else RECIPE.format(
         base="base: dassl\n" if trains else "",
         values='{template: "a photo of a {}.", optimizer: sgd, lr: 2.0e-3, schedule: cosine, precision: fp32}'
-        if trains else '{template: "a photo of a {}."}'))
+        if trains else '{template: "a photo of a {}.", precision: fp32}'))
     (folder / "__init__.py").write_text(init if init is not None else (
         "from dear.contract import Method\n\n"
         f"METHOD = Method(model={model or package + '.model:Model'!r}, recipe='{package}:recipe.yaml', "

@@ -18,26 +18,9 @@ import pytest
 import yaml
 
 from tests import tiny_study
-from tests.engines import BIN, ROOT, engine_env, make_project, run
+from tests.engines import BIN, ROOT, dvc_ran, engine_env, handed_to_dvc, make_project, run, snakemake_planned
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]
-
-
-def dvc_ran(stdout: str) -> set[str]:
-    """The stages `dvc repro` ran (or would run, with --dry)."""
-    return set(re.findall(r"Running stage '([^']+)'", stdout))
-
-
-def snakemake_planned(stdout: str) -> set[str]:
-    """The jobs `snakemake -n` plans, named as DVC names its stages (train@dear-world_objects)."""
-    names = set()
-    for block in stdout.split("\nrule ")[1:]:
-        rule = block.split(":", 1)[0].strip()
-        found = re.search(r"wildcards: (.*)", block)
-        items = dict(item.split("=", 1) for item in found.group(1).split(", ")) if found else {}
-        values = [items[key] for key in ("method", "dataset") if key in items]
-        names.add(rule + (f"@{'-'.join(values)}" if values else ""))
-    return names - {"all"}
 
 
 def out_of_date(output: str) -> list[str]:
@@ -122,14 +105,6 @@ def test_a_changed_section_reruns_its_readers_only_and_a_copied_config_nothing(s
                   snakemake_project)
     planned = {line.split()[1].rstrip(":") for line in changed.stdout.splitlines() if line.startswith("rule ")}
     assert planned - {"all"} == {"report"}, planned
-
-
-def handed_to_dvc(snakemake_project: Path, tree: Path) -> Path:
-    """A copy of the Snakemake-built tree that DVC records as it is (docs/engines.md: the hand-over)."""
-    shutil.copytree(snakemake_project, tree, symlinks=True)  # copy2: the same mtimes
-    run([str(BIN / "dvc"), "repro", "check"], tree)  # the jobs' values files, which DVC records with the tree
-    run([str(BIN / "dvc"), "commit", "-f"], tree)
-    return tree
 
 
 def test_a_tree_snakemake_built_goes_to_dvc_and_back_without_a_rerun(snakemake_project, tmp_path):

@@ -126,4 +126,33 @@ def demo_fewshot_text(root: Path) -> str:
     return DEMO_FEWSHOT_HEADER + yaml.safe_dump(raw, sort_keys=False, width=120)
 
 
-GENERATED = {PATH: smoke_text, DEMO_FEWSHOT_PATH: demo_fewshot_text}  # the configs `python -m dear.docs` writes
+# --- examples/clip-adapter/smoke.yaml: the smoke study with the example's plugin method (docs/your-method.md) --------
+
+EXAMPLE_SMOKE_PATH = "examples/clip-adapter/smoke.yaml"
+EXAMPLE_METHODS = ["zeroshot", "coop", "clip_adapter"]
+EXAMPLE_SMOKE = {  # dotted key: its value; every other key is the smoke study's
+    "output_root": "clip-adapter-smoke",
+    "data.root": "clip-adapter-smoke/world",
+    "study.methods": EXAMPLE_METHODS,
+    "report.methods": EXAMPLE_METHODS,
+    "report.compare": "clip_adapter",
+}
+EXAMPLE_SMOKE_HEADER = """\
+# The smoke study (configs/smoke.yaml) with CLIP-Adapter, the method of the package examples/clip-adapter, beside
+# zero-shot CLIP and CoOp: docs/your-method.md runs it. Install the package first (pip install -e
+# examples/clip-adapter), then, outputs in clip-adapter-smoke/ (its numbers mean nothing, as the smoke study's):
+#   snakemake --cores 2 --cache --configfile examples/clip-adapter/smoke.yaml
+#   python workflow/scripts/dvc_study.py examples/clip-adapter/smoke.yaml && dvc repro clip-adapter-smoke/dvc.yaml
+# Written by `python -m dear.docs` from params.yaml and dear/docs/smoke.py (EXAMPLE_SMOKE): edit those, not this file.
+"""
+
+
+def example_smoke_text(root: Path) -> str:
+    """examples/clip-adapter/smoke.yaml as `python -m dear.docs` writes it."""
+    demo = yaml.safe_load((root / "params.yaml").read_text())
+    raw = _changed(smoke_params(demo), EXAMPLE_SMOKE)
+    return EXAMPLE_SMOKE_HEADER + yaml.safe_dump(raw, sort_keys=False, width=120)
+
+
+GENERATED = {PATH: smoke_text, DEMO_FEWSHOT_PATH: demo_fewshot_text,  # the configs `python -m dear.docs` writes
+             EXAMPLE_SMOKE_PATH: example_smoke_text}

@@ -149,7 +149,7 @@ def problems(plugin: Plugin) -> list[str]:
     Imports the model's module (and torch): `dear check` asks this of the plugins a study uses only.
     """
     from dear.methods import model_class
-    from dear.methods.recipe import load, resolve
+    from dear.methods.recipe import REQUIRED, load, resolve
 
     found = []
     try:
@@ -158,6 +158,10 @@ def problems(plugin: Plugin) -> list[str]:
     except DearError as error:
         found.append(f"{plugin.label}: {error}")
         spec = None
+    lacking = [key for key in REQUIRED if spec is not None and key not in spec.keys]
+    if lacking:
+        found.append(f"{plugin.label}: its recipe has no key {', '.join(lacking)}, which the stages read of every "
+                     "method; declare it and give it a value (`base: dassl` brings it; docs/your-method.md#the-recipe)")
     try:
         cls = model_class(plugin.name)
     except Exception as error:  # the plugin's code: whatever it raises is its problem, in one line
