@@ -17,7 +17,8 @@ Each check is also a method of `Kit`, for a test of its own:
   uninterrupted run's model.pt;
 - `check_protocols`: train, fuse and evaluate in every protocol the method claims (base-to-novel, transfer:
   cross-dataset and domain generalization, few-shot at 1 and 2 shots): an evaluation table with every class of
-  every target it can score (`can_score`), and none of those it says it cannot.
+  every target it can score (`can_score`), and none of those it says it cannot; `dear predict` labels the test
+  images and the API's `load_trained` scores them (`check_predict`).
 
 What it builds once per `folder` (kits of several methods may share one): three datasets of one's own in ImageFolder layout (32x32 PNGs,
 a colour patch per class; `kit_source` with 4 classes, `kit_other` with 3 others, `kit_shifted` with the
@@ -338,6 +339,30 @@ class Kit:
                     assert (rows["correct"] <= rows["total"]).all() and (rows["total"] > 0).all()
                 else:
                     assert rows.empty, f"{run.protocol}: {target} {split} has rows though the method cannot score it"
+            self.check_predict(run)
+
+    def check_predict(self, run: Run) -> None:
+        """`dear predict` labels the source's test images, and the API's `load_trained` scores them."""
+        import pandas as pd
+        import torch
+
+        from dear import api
+
+        images = self.folder / "images" / run.dataset / "test"
+        common = ["--backbone", self.folder / "backbone", "--roles", self.folder / "roles.parquet",
+                  "--fusion", run.folder / "fuse" / "fusion.json"]
+        invoke("predict", "--params", self.params_path, "--model", run.model, "--images", images,
+               "--out", run.folder / "predict", *common)
+        predicted = pd.read_csv(run.folder / "predict" / "predictions.csv")
+        expected = IMAGES["test"] * len(CLASSES[run.dataset])
+        assert len(predicted) == expected, f"{run.protocol}: dear predict labels {len(predicted)} of {expected} images"
+        model = api.load_trained(run.model, self.folder / "backbone", self.folder / "roles.parquet",
+                                 run.folder / "fuse" / "fusion.json")
+        classes = _targets(run)[0][2]
+        with torch.no_grad():
+            logits = model(torch.randn(2, 3, 32, 32), classes)
+        assert logits.shape == (2, len(classes)) and torch.isfinite(logits).all(), \
+            f"{run.protocol}: the API's load_trained model gives logits of shape {tuple(logits.shape)}"
 
     # --- helpers -------------------------------------------------------------------
 
