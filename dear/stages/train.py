@@ -122,14 +122,14 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                  found.c, len(found.tried), 100 * dict(found.tried)[found.c])
     elif model.trains:
         check_images_exist(shots, inputs.fewshot)
+        val = features.search_shots(model, shots, inputs.fewshot, inputs.classes) if model.searches_validation else None
         log.info("%s on %s (%s): %s", name, inputs.dataset, recipe.protocol, _recipe_line(recipe))
         rows = trainer.fit(trainer.Run(
             model=model, shots=shots, recipe=recipe, compute=params.compute, seed=inputs.seed,
             image_size=oc.image_size(backbone.model), normalization=oc.image_normalization(backbone.model),
             checkpoint=checkpoint, checkpoint_every=params.train.checkpoint_every, params_hash=run_hash))
-        if model.searches_validation:  # Tip-Adapter-F: alpha and beta searched on the validation shots
-            found = features.search(model, shots, inputs.fewshot, inputs.classes, params.compute,
-                                    params.evaluate.batch_size, f"train {name}")
+        if val is not None:  # Tip-Adapter-F: alpha and beta searched on the validation shots
+            found = features.search(model, val, params.compute, params.evaluate.batch_size, f"train {name}")
             log.info("%s on %s: %s", name, inputs.dataset, ", ".join(f"{k} {v}" for k, v in found.items()))
     record = {"backbone_sha256": sha, "roles_sha256": roles_sha, "params_sha256": run_hash,
               "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes, "classnames": shots.classnames,

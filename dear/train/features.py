@@ -41,15 +41,22 @@ def fit(model, shots: Shots, fewshot: Path, subset: str, compute: Compute, batch
     return model.fit(encoded[0], train.labels, encoded[1], val.labels, shots.classnames)
 
 
-def search(model, shots: Shots, fewshot: Path, subset: str, compute: Compute, batch_size: int, description: str):
+SEARCHES = "searches its alpha and beta on them after training (Tip-Adapter's search_hp)"
+
+
+def search_shots(model, shots: Shots, fewshot: Path, subset: str) -> evaluation.ImageSet:
+    """The validation shots a `searches_validation` model chooses on (checked before it trains: fail fast)."""
+    return _validation(model, shots, fewshot, subset, SEARCHES)
+
+
+def search(model, val: evaluation.ImageSet, compute: Compute, batch_size: int, description: str):
     """After training: encode the validation shots once under the test transform and let the model choose on them
     (`MethodModel.search_validation`: Tip-Adapter-F's alpha and beta, as its main.py searches them on the val
     features after fine-tuning); returns what the model returns."""
-    val = _validation(model, shots, fewshot, subset, "searches what it chooses after training on them")
     model, precision = evaluation.prepared(model.eval(), compute)
     encoded = evaluation.encode_images(model, val, evaluation.eval_transform(model), batch_size, compute.workers,
                                        precision, f"{description}: validation shots")  # [N, 1, E]
-    return model.search_validation(encoded, val.labels, shots.classnames)
+    return model.search_validation(encoded, val.labels, val.classnames)
 
 
 def _validation(model, shots: Shots, fewshot: Path, subset: str, why: str) -> evaluation.ImageSet:
