@@ -211,3 +211,29 @@ def test_the_prompt_is_a_photo_of_a_name_with_spaces(clip):
     model = create("clip_lora", Backbone(clip), recipe("clip_lora", demo=False))
     texts = model.prompt_input(["golden_retriever"], model.recipe.template).tokens
     assert torch.equal(texts[0], tokenize(["a photo of a golden retriever."])[0, :texts.shape[1]])
+
+
+def test_dear_train_runs_n_iters_times_shots_steps_and_the_model_evaluates(tmp_path):
+    """16 base shots (4 per class) at the small params' batch 4: iterations_per_shot 3 -> 12 steps, 3 epochs of 4,
+    the lr of every step torch's cosine to 1e-6; the saved model scores base and novel classes."""
+    import pyarrow.parquet as pq
+
+    from dear.model.clip import load_backbone
+    from dear.model.trained import load_trained
+    from dear.stages import train as stage
+
+    fake_run.backbone(tmp_path / "backbone")
+    fake_run.fewshot(tmp_path / "fewshot.parquet", tmp_path / "images")
+    params = fake_run.params_file(tmp_path / "params.yaml", recipe={"iterations_per_shot": 3})
+    inputs = stage.Inputs(method="clip_lora", dataset="toy", seed=1, backbone=tmp_path / "backbone",
+                          fewshot=tmp_path / "fewshot.parquet", roles=None)
+    stage.run(load_params(params), inputs, stage.Outputs(folder=tmp_path / "run", checkpoint=tmp_path / "run.ckpt"))
+    log = pq.read_table(tmp_path / "run" / "train_log.parquet").to_pylist()
+    assert [row["epoch"] for row in log] == [0] * 4 + [1] * 4 + [2] * 4
+    assert [row["lr"] for row in log] == pytest.approx([1e-6 + (2e-4 - 1e-6) * (1 + math.cos(math.pi * s / 12)) / 2
+                                                        for s in range(12)])
+    model = load_trained(tmp_path / "run" / "model.pt", load_backbone(tmp_path / "backbone"), None, load_params(params))
+    with torch.no_grad():
+        logits = model.logits(model.encode(model.image_prefix(torch.randn(2, 3, 32, 32))), fake_run.CLASSNAMES)
+    assert logits.shape == (2, 1, 8) and torch.isfinite(logits).all()
+    assert any(float(p.detach().abs().max()) > 0 for name, p in model.named_parameters() if ".b." in name)

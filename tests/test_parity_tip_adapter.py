@@ -215,3 +215,57 @@ def test_a_dataset_without_their_config_takes_imagenets_as_our_choice():
     assert (run.search_scale, run.init_alpha, run.epochs) == ([7.0, 3.0], 1.17, 20)
     assert all(run.settings[key].kind == "ours" for key in ("search_scale", "init_alpha", "epochs", "template"))
     assert math.isclose(run.lr, 1e-3) and run.settings["lr"].kind == "authors"
+
+
+# --- through `dear train` --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from types import SimpleNamespace
+
+    root = tmp_path_factory.mktemp("tip_world")
+    fake_run.backbone(root / "backbone")
+    fake_run.fewshot(root / "fewshot.parquet", root / "images")
+    fake_run.params_file(root / "params.yaml", recipe={"augment_epochs": 2, "search_step": [20, 5]})
+    return SimpleNamespace(root=root, backbone=root / "backbone", fewshot=root / "fewshot.parquet",
+                           params=root / "params.yaml")
+
+
+def train_tip(world, out, checkpoint):
+    from dear.stages import train as stage
+
+    inputs = stage.Inputs(method="tip_adapter_f", dataset="toy", seed=1, backbone=world.backbone,
+                          fewshot=world.fewshot, roles=None)
+    stage.run(load_params(world.params), inputs, stage.Outputs(folder=out, checkpoint=checkpoint))
+    return out
+
+
+def test_dear_train_builds_the_cache_trains_the_keys_per_step_and_searches_after(world, tmp_path):
+    import pyarrow.parquet as pq
+
+    from dear.model.clip import load_backbone
+    from dear.model.trained import load_trained
+
+    out = train_tip(world, tmp_path / "run", tmp_path / "run.ckpt")
+    log = pq.read_table(out / "train_log.parquet").to_pylist()
+    assert len(log) == 2 * 4  # 16 base shots at batch 4 (the small params), 2 epochs
+    assert [row["lr"] for row in log] == pytest.approx([1e-3 * (1 + math.cos(math.pi * s / 8)) / 2 for s in range(8)])
+    model = load_trained(out / "model.pt", load_backbone(world.backbone))
+    assert model.keys.shape[0] == 16 and model._names == fake_run.CLASSNAMES[:4]
+    assert (float(model.cache_beta), float(model.cache_alpha)) != (1.0, 1.17)  # searched: grids from 0.1
+    assert any(float(model.cache_beta) == pytest.approx(beta) for beta in tip.grid(7, 20))
+    assert any(float(model.cache_alpha) == pytest.approx(alpha) for alpha in tip.grid(3, 5))
+
+
+def test_a_resumed_run_rebuilds_the_same_cache_and_ends_with_the_same_bytes(world, tmp_path, monkeypatch):
+    from dear.errors import DearError
+    from dear.train import checkpoint as ckpt_module
+
+    reference = train_tip(world, tmp_path / "reference", tmp_path / "reference.ckpt")
+    monkeypatch.setattr(ckpt_module.torch, "save", fake_run.save_that_fills_the_disk(torch.save))
+    with pytest.raises(DearError, match="disk is full"):
+        train_tip(world, tmp_path / "run", tmp_path / "run.ckpt")
+    monkeypatch.undo()
+    assert torch.load(tmp_path / "run.ckpt", weights_only=True)["step"] == 2
+    train_tip(world, tmp_path / "run", tmp_path / "run.ckpt")
+    assert (tmp_path / "run" / "model.pt").read_bytes() == (reference / "model.pt").read_bytes()
