@@ -1,6 +1,7 @@
 """Training-step cost of each method against CoOp's, of DeAR (role masks) against all-Mixed DeAR, and its growth with classes.
 
-Also any other registered method (`--methods`) against CoOp: step time and trainable parameters.
+Also any other registered method (`--methods`) against CoOp: step time and trainable parameters
+(Tip-Adapter-F with a cache of 16 shots of every class, made from the batch's views).
 
 Also DeAR while its tokens fade in (`train.fade_in_epochs`: the first epoch, weight 0.5
 here) against DeAR after it. Every method steps the same batch (CoCoOp's recipe trains
@@ -57,11 +58,16 @@ class Bench:
         roles = bench_roles(tower.layers, tower.heads) if method_name == "dear" else None
         backbone = SimpleNamespace(model=model, tokenizer=tokenizer)
         self.model = create(method_name, backbone, recipe, roles, seed=1).to(device).train()
-        self.trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         size = internals.image_size(model)
         generator = torch.Generator().manual_seed(0)
         self.images = torch.randn(batch, 3, size, size, generator=generator).to(device)
         self.labels = (torch.arange(batch) % classes).to(device)
+        if self.model.init_passes():  # Tip-Adapter-F: a 16-shot cache of `classes` classes (the batch's views, repeated)
+            with torch.no_grad():
+                prefix = self.model.image_prefix(self.images)
+            rows = torch.arange(CACHE_SHOTS * classes, device=device)
+            self.model.init_from_passes(iter([(0, prefix[rows % batch], rows % classes)]))
+        self.trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         self.names = [f"{WORDS[i % len(WORDS)]} {WORDS[(i // len(WORDS)) % len(WORDS)]} {i}" for i in range(classes)]
         schedule = Schedule(n=batch * 1000, batch_size=batch, epochs=1, seed=1)
         self.precision = devices.Precision(recipe.precision, torch.device(device))
@@ -91,7 +97,9 @@ def backbone(arch: str):
     return open_clip.create_model(arch, pretrained=None), open_clip.get_tokenizer(arch)
 
 
-METHODS = ("dear", "dear_nomask", "coop", "cocoop", "kgcoop", "maple", "promptsrc")  # CoOp: the baseline
+METHODS = ("dear", "dear_nomask", "coop", "cocoop", "kgcoop", "maple", "promptsrc", "tip_adapter_f",
+           "clip_lora")  # CoOp: the baseline
+CACHE_SHOTS = 16  # Tip-Adapter-F's cache in the benchmark: 16 shots of every class
 
 
 def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, device: str,

@@ -8,14 +8,16 @@ from here and nothing else of `dear`, so a release of `dear` that keeps
 - `MethodModel`, `Step`: the base class and its hooks (`build`,
   `compute_text_features`, `encode`, `frozen_depth`, `step`, `output`,
   `stream_names`, `alpha`, `can_score`, `on_epoch_end`, `extra_state`,
-  `load_extra_state`, `half_parameters`; `fit` with `fits_features`), and a
-  training step's loss. `cross_entropy`, `check_layer`: the loss every
+  `load_extra_state`, `half_parameters`; `fit` with `fits_features`;
+  `init_passes` with `init_from_passes`; `search_validation` with
+  `searches_validation`), and a training step's loss. `cross_entropy`, `check_layer`: the loss every
   method's CE is, and the one-line error for a layer outside the tower.
 - `towers`: running the text and image towers with prompts or tokens
   inserted (`text_input`, `with_positions`, `prompt_embeddings`, `run_text`,
   `run_image`, `encode_texts`); `prompts`: the prompt forms (`hand_written`,
   `context`, `classname`); `internals`: the open_clip internals (blocks,
-  embeddings, projections, logit scale), the one module that touches them.
+  embeddings, projections, logit scale, `LowRankQKV` and `low_rank_qkv`: LoRA
+  on the attention projections), the one module that touches them.
 - `Recipe`, `Key`, `PROTOCOLS`, `KINDS`: a resolved recipe (what `build`
   and `step` read: `self.recipe.lr`, `self.recipe.get("template")`) and the
   recipe file's schema (a key's type vocabulary, the protocols, the kinds of

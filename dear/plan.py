@@ -10,7 +10,10 @@ passes (from the architecture's config: layers, width, tokens):
 - train: per seed, epochs × the training images (shots × classes trained)
   × 3 (forward and backward) × an image's GFLOPs, plus each step's prompts
   (one per class) × 3 × a prompt's GFLOPs; zero-shot trains nothing; the
-  linear probe: one forward pass of its training and validation shots;
+  linear probe: one forward pass of its training and validation shots; a run
+  of `iterations_per_shot` × K steps (CLIP-LoRA) passes over the images
+  steps × batch / images times; a cache's `augment_epochs` (Tip-Adapter-F)
+  add as many forward passes;
 - fuse: per seed, the validation images and one prompt per class;
 - evaluate: per seed, the test images of every dataset scored and one
   prompt per class of each;
@@ -214,11 +217,9 @@ def work(params: Params, job: str) -> float:
         classes = size(params, dataset).classes
         if method in FITS_FEATURES:  # one forward pass of its K training and min(K, val_shots) validation shots
             return seeds * (shots + min(shots, params.data.val_shots)) * classes * image
-        resolved = params.train.recipe(method, dataset, "few_shot", shots)
-        epochs, batch = int(resolved.get("epochs", 0)), int(resolved.get("batch_size", 1))
         images = shots * classes
-        steps = epochs * math.ceil(images / batch)
-        return seeds * (epochs * images * 3 * image + steps * classes * 3 * prompt)
+        passes, steps, cache = length(params.train.recipe(method, dataset, "few_shot", shots), images, shots)
+        return seeds * ((3 * passes + cache) * images * image + steps * classes * 3 * prompt)
     if rule == "fuse_fewshot":
         classes = size(params, parts[1]).classes
         shots = int(parts[2].removeprefix("shots"))
@@ -235,10 +236,10 @@ def work(params: Params, job: str) -> float:
         classes = _classes(params, dataset, transfer)
         if method in FITS_FEATURES:  # one forward pass of each shot, no text tower (the fits: seconds)
             return seeds * (params.data.shots + params.data.val_shots) * classes * image
-        epochs, batch = recipe(params, method, dataset, transfer)
         images = params.data.shots * classes
-        steps = epochs * math.ceil(images / batch)
-        return seeds * (epochs * images * 3 * image + steps * classes * 3 * prompt)
+        resolved = params.train.recipe(method, dataset, "transfer" if transfer else "base_to_novel")
+        passes, steps, cache = length(resolved, images, params.data.shots)
+        return seeds * ((3 * passes + cache) * images * image + steps * classes * 3 * prompt)
     if rule in ("fuse", "fuse_transfer"):
         transfer = rule == "fuse_transfer"
         dataset = params.study.transfer_on.source if transfer else parts[1]
@@ -262,10 +263,18 @@ def work(params: Params, job: str) -> float:
     return 1.0  # world, collect, report: one job's time
 
 
-def recipe(params: Params, method: str, dataset: str, transfer: bool) -> tuple[int, int]:
-    """(epochs, batch size) of one training run, as `dear train` resolves them."""
-    resolved = params.train.recipe(method, dataset, "transfer" if transfer else "base_to_novel")
-    return int(resolved.get("epochs", 0)), int(resolved.get("batch_size", 1))
+def length(resolved, images: int, shots: int) -> tuple[float, int, int]:
+    """(passes over the training images, steps, forward-only passes before the first step) of one run, as the
+    trainer schedules it (dear.train.trainer.schedule_of): the recipe's epochs, or `iterations_per_shot` x K
+    steps (CLIP-LoRA); `augment_epochs` cache passes (Tip-Adapter-F)."""
+    batch = int(resolved.get("batch_size", 1))
+    per_shot = resolved.get("iterations_per_shot")
+    cache = int(resolved.get("augment_epochs") or 0)
+    if per_shot is not None:
+        steps = int(per_shot) * shots
+        return steps * min(batch, images) / images, steps, cache
+    epochs = int(resolved.get("epochs") or 0)
+    return epochs, epochs * math.ceil(images / batch), cache
 
 
 def _classes(params: Params, dataset: str, transfer: bool) -> int:

@@ -394,6 +394,18 @@ IMAGES = [
                                 i.backbone, "--fewshot", "fewshot-seed1.parquet", "--out", "out", "--checkpoint",
                                 "ckpt/ckpt.pt"], str(i.params)),
          setup=lambda i, here, patch: _fewshot_without(i, here, "val")),
+    Case("no-val-shots-tip-adapter-f", "train", "tip_adapter_f on a few-shot table without validation shots",
+         ["no validation shots of the base classes", "tip_adapter_f searches its alpha and beta on them"],
+         lambda i: with_params(["train", "--method", "tip_adapter_f", "--dataset", "world_objects", "--backbone",
+                                i.backbone, "--fewshot", "fewshot-seed1.parquet", "--out", "out", "--checkpoint",
+                                "ckpt/ckpt.pt"], str(i.params)),
+         setup=lambda i, here, patch: _fewshot_without(i, here, "val")),
+    Case("clip-lora-position-depth", "train", "train.recipes.clip_lora.position: up (ViT-B/16's layers 9-12) on a "
+         "shallower backbone", ["position 'up'", "12-layer tower", "train.recipes.clip_lora.position: all"],
+         lambda i: with_params(["train", "--method", "clip_lora", "--dataset", "world_objects", "--backbone",
+                                i.backbone, "--fewshot", i.fewshot, "--out", "out", "--checkpoint", "ckpt/ckpt.pt"]),
+         setup=lambda i, here, patch: params_with(i, here, lambda raw: raw["train"]["recipes"].__setitem__(
+             "clip_lora", {"position": "up"})) and None),
     Case("missing-test-image-evaluate", "evaluate", "a test image listed in the manifest is gone",
          ["test image(s) not found", "gone.png"], _evaluate_on("data/world_objects"),
          setup=lambda i, here, patch: _source_with(i, here, "gone.png", None)),

@@ -166,3 +166,109 @@ def test_open_clip_is_imported_without_transformers_which_imports_later():
             "assert open_clip.hf_model.transformers is None; import transformers; print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+# --- low-rank updates of q, k, v (CLIP-LoRA) -------------------------------------------
+
+def lora_reference(block, x, update):
+    """What MaxZanella/CLIP-LoRA's attention computes, written plainly: separate q, k, v linears of the block's
+    in-projection rows, each plus scaling · (x A^T) B^T, then nn.MultiheadAttention's scaled dot product."""
+    attn = block.attn
+    D, H = attn.embed_dim, attn.num_heads
+    h = block.ln_1(x)
+    outputs = []
+    for index, m in enumerate("qkv"):
+        w, b = attn.in_proj_weight[index * D:(index + 1) * D], attn.in_proj_bias[index * D:(index + 1) * D]
+        out = h @ w.T + b
+        if m in update.matrices:
+            out = out + (h @ update.a[m].T @ update.b[m].T) * update.scaling
+        outputs.append(out.view(x.shape[0], x.shape[1], H, D // H).transpose(1, 2))
+    heads = torch.nn.functional.scaled_dot_product_attention(*outputs)  # [B, H, T, d]
+    attended = attn.out_proj(heads.transpose(1, 2).reshape(x.shape))
+    y = x + block.ls_1(attended)
+    return y + block.ls_2(block.mlp(block.ln_2(y)))
+
+
+def trained_update(width=64, matrices=("q", "k", "v"), dropout=0.0, seed=3):
+    torch.manual_seed(seed)
+    update = internals.LowRankQKV(width, 2, matrices, scaling=1 / 2 ** 0.5, dropout=dropout)
+    with torch.no_grad():
+        for b in update.b.values():
+            b.normal_(0, 0.1)  # as after training: B moved away from zero
+    return update.eval()
+
+
+@pytest.mark.parametrize("matrices", [("q", "k", "v"), ("v",), ("q", "k")])
+def test_a_low_rank_update_is_clip_loras_attention_inside_its_block_only(model, matrices):
+    block = internals.vision_tower(model).blocks[1]
+    x = torch.randn(2, 17, 64)
+    update = trained_update(matrices=matrices)
+    plain = internals.block_forward(block, x)
+    with internals.low_rank_qkv({block: update}):
+        adapted = internals.block_forward(block, x)
+        other = internals.block_forward(internals.vision_tower(model).blocks[0], x)
+    torch.testing.assert_close(adapted, lora_reference(block, x, update), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(adapted, plain, atol=1e-4)
+    torch.testing.assert_close(other, internals.block_forward(internals.vision_tower(model).blocks[0], x), rtol=0, atol=0)
+    torch.testing.assert_close(internals.block_forward(block, x), plain, rtol=0, atol=0)  # gone after the block
+
+
+def test_an_untrained_update_adds_exactly_nothing_and_a_starts_as_nn_linear(model):
+    """B starts at zero; A as nn.Linear's weight (Kaiming uniform, a = √5): U(-1/√D, 1/√D)."""
+    block = internals.vision_tower(model).blocks[0]
+    torch.manual_seed(0)
+    update = internals.LowRankQKV(64, 2, ("q", "k", "v"), scaling=1.0, dropout=0.25)
+    assert all(float(b.detach().abs().max()) == 0.0 for b in update.b.values())
+    bound = float(max(a.detach().abs().max() for a in update.a.values()))
+    assert all(a.shape == (2, 64) for a in update.a.values()) and 0.9 / 64 ** 0.5 < bound <= 1 / 64 ** 0.5
+    x = torch.randn(2, 17, 64)
+    with internals.low_rank_qkv({block: update.train()}):
+        adapted = internals.block_forward(block, x)
+    assert torch.equal(adapted, internals.block_forward(block, x))
+
+
+def test_dropout_acts_on_the_update_input_in_training_only_and_per_matrix():
+    """Training: each of q, k, v multiplies its own dropout mask (scaled 1/(1-p)) into the input of its update."""
+    update = trained_update(dropout=0.5)
+    h = torch.randn(1, 5, 64)
+    exact = torch.cat([(h @ update.a[m].T @ update.b[m].T) * update.scaling for m in "qkv"], -1)
+    torch.testing.assert_close(update(h), exact)  # eval: no dropout
+    update.train()
+    torch.manual_seed(1)
+    masks = [torch.nn.functional.dropout(torch.ones_like(h), 0.5) for _ in "qkv"]  # the same draws, in order
+    torch.manual_seed(1)
+    dropped = update(h)
+    expected = torch.cat([((h * mask) @ update.a[m].T @ update.b[m].T) * update.scaling
+                          for m, mask in zip("qkv", masks)], -1)
+    torch.testing.assert_close(dropped, expected)
+    assert not torch.equal(masks[0], masks[1])
+    assert update.stochastic and not update.eval().stochastic
+
+
+def test_a_stochastic_update_is_not_shared_across_rows(model):
+    """With dropout on, equal prefixes of a text group get their own draws: the shared-prefix path steps aside."""
+    block = internals.text_tower(model).blocks[0]
+    N, T, P = 4, 9, 3
+    x = torch.cat([torch.randn(1, P, 64).expand(N, -1, -1), torch.randn(N, T - P, 64)], 1)
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    update = trained_update(dropout=0.5).train()
+    with internals.low_rank_qkv({block: update}):
+        torch.manual_seed(2)
+        shared = internals.block_forward_shared(block, x, mask, P, N)
+        torch.manual_seed(2)
+        plain = internals.block_forward(block, x, mask)
+    torch.testing.assert_close(shared, plain, rtol=0, atol=0)
+    assert not torch.allclose(shared[0, :P], shared[1, :P])  # each row its own dropout draw
+
+
+def test_nested_updates_of_one_block_are_refused(model):
+    from dear.errors import DearError
+
+    block = internals.vision_tower(model).blocks[0]
+    update = trained_update()
+    with internals.low_rank_qkv({block: update}):
+        with pytest.raises(DearError, match="nested"):
+            with internals.low_rank_qkv({block: update}):
+                pass
+    with pytest.raises(DearError, match="subset of"):
+        internals.LowRankQKV(64, 2, ("o",), 1.0, 0.0)

@@ -131,7 +131,7 @@ def test_the_linear_probe_shows_a_dash_with_its_reason_in_base_to_novel(world):
 
 def test_no_published_few_shot_number_and_the_page_says_why(world):
     markdown = (world["out"] / "results.md").read_text()
-    assert "Few-shot learning: no published number stands beside ours." in markdown
+    assert "Few-shot learning: only CLIP-LoRA's 11-dataset Averages per shot count stand beside ours" in markdown
     assert not pd.read_csv(world["out"] / "published.csv")["protocol"].map(shots_of).notna().any()
 
 
@@ -183,3 +183,38 @@ def test_a_bad_few_shot_row_is_refused(protocol, target, message):
     frame = eval_frame(split_rows("coop", "dsA", 1, "few_shot_4", "dsA", "base", 50))
     with pytest.raises(DearError, match="split 'base' in protocol few_shot_4"):
         check_eval(frame, "x.parquet")
+
+
+def test_clip_loras_published_few_shot_averages_stand_beside_ours_over_the_eleven_datasets():
+    """CLIP-LoRA's 11-dataset Averages (its paper's few-shot table, ViT-B/16: 72.5 / 75.4 / 77.4 / 80.3 / 83.0 at
+    1 / 2 / 4 / 8 / 16 shots) are compared with ours only when our few-shot runs cover exactly those datasets."""
+    from dear.report import reference
+    from dear.report.tables import AVERAGE
+
+    published = reference.published()
+    few = published[published["protocol"].map(shots_of).notna()]
+    assert dict(zip(few["protocol"], few["value"])) == {few_shot_protocol(k): v for k, v in
+                                                        zip((1, 2, 4, 8, 16), (72.5, 75.4, 77.4, 80.3, 83.0))}
+    assert set(few["method"]) == {"clip_lora"} and set(few["dataset"]) == {AVERAGE}
+
+    def results(datasets):
+        rows = [dict(protocol=few_shot_protocol(4), source=d, dataset=d, row="dataset", method="clip_lora",
+                     metric="accuracy", mean=78.0, ci_low=77.0, ci_high=79.0, n_seeds=3) for d in datasets]
+        rows.append(dict(protocol=few_shot_protocol(4), source="", dataset=AVERAGE, row="average", method="clip_lora",
+                         metric="accuracy", mean=78.0, ci_low=77.0, ci_high=79.0, n_seeds=3))
+        return pd.DataFrame(rows)
+
+    beside = reference.beside(results(reference.B2N_DATASETS))
+    assert beside[["protocol", "published", "ours", "inside"]].values.tolist() == [[few_shot_protocol(4), 77.4, 78.0,
+                                                                                    True]]
+    assert reference.beside(results(reference.B2N_DATASETS[:5])).empty  # five datasets: not the published Average
+
+
+def test_the_few_shot_figures_twelve_methods_get_twelve_colours_the_first_ten_as_before():
+    from matplotlib import colormaps
+
+    names = ["zeroshot", "linear_probe", "tip_adapter_f", "clip_lora", "coop", "cocoop", "kgcoop", "maple",
+             "promptsrc", "mmrl", "dear_nomask", "dear"]
+    colors = plots.method_colors(names)
+    assert len(set(colors.values())) == 12
+    assert [colors[name] for name in names[:10]] == [colormaps["tab10"](i) for i in range(10)]

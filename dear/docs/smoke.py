@@ -2,7 +2,7 @@
 
 The smoke study runs every stage of every protocol of the demo, and few-shot
 learning (one dataset, two shot counts), with the demo's methods
-(`study.methods`) and linear_probe (EXTRA_METHODS), and the demo's recipes, on the tiny world and
+(`study.methods`) and linear_probe, Tip-Adapter-F and CLIP-LoRA (EXTRA_METHODS), and the demo's recipes, on the tiny world and
 backbone of the tests (`dear.data.world.tiny_params`): one seed, two shots,
 three datasets (one base-to-novel set that is also the transfer source, one
 cross-dataset target, one domain-shift target). Its report says at the top
@@ -46,17 +46,24 @@ SMOKE = {  # dotted key: the smoke study's value (the tiny world has 8 objects o
     "train.recipes.maple.prompt_depth": 2,  # dear-world-tiny: 2 layers in each tower
     "train.recipes.promptsrc.vision_depth": 2,
     "train.recipes.promptsrc.text_depth": 2,
+    "train.recipes.clip_lora.iterations_per_shot": 10,  # 20 steps at the smoke's 2 shots: it only has to run
 }
-EXTRA_METHODS = ("linear_probe",)  # run by the smoke and few-shot studies, not by the demo (its results stay as they are)
+# run by the smoke and few-shot studies, not by the demo (its results stay as they are): the linear probe, and the
+# few-shot methods whose authors' code runs nothing else (Tip-Adapter-F, CLIP-LoRA; the smoke study runs them in
+# every protocol too, so that each trains and evaluates there)
+EXTRA_METHODS = ("linear_probe", "tip_adapter_f", "clip_lora")
 
 
 def with_extra_methods(raw: dict) -> dict:
-    """`raw` with EXTRA_METHODS in study.methods and report.methods, after zeroshot (in place; returned)."""
+    """`raw` with EXTRA_METHODS in study.methods and report.methods, after zeroshot, in their order (in place;
+    returned)."""
     for section in ("study", "report"):
         methods = raw[section]["methods"]
+        at = methods.index("zeroshot") + 1 if "zeroshot" in methods else 0
         for name in EXTRA_METHODS:
             if name not in methods:
-                methods.insert(methods.index("zeroshot") + 1 if "zeroshot" in methods else 0, name)
+                methods.insert(at, name)
+            at = methods.index(name) + 1
     return raw
 
 
@@ -68,7 +75,8 @@ HEADER = """\
 #   snakemake --cores 2 --configfile configs/smoke.yaml        (what `make smoke` runs)
 #   python workflow/scripts/dvc_study.py configs/smoke.yaml && dvc repro smoke/dvc.yaml
 # Written by `python -m dear.docs` from params.yaml (the demo) and dear/docs/smoke.py: edit those,
-# not this file; every value not changed there is the demo's, the methods included (and linear_probe).
+# not this file; every value not changed there is the demo's, the methods included (and linear_probe,
+# tip_adapter_f and clip_lora).
 """
 
 
@@ -109,8 +117,9 @@ DEMO_FEWSHOT = {  # dotted key: its value; every other key is the demo's (world,
     "study.few_shot": {"datasets": ["world_objects_sketch"], "shots": [1, 4, 16]},
 }
 DEMO_FEWSHOT_HEADER = """\
-# The demo's few-shot figure: every method of the demo and linear_probe, trained on 1, 4 and 16 shots of every class of
-# world_objects_sketch, one seed, scored on its test split (`make demo-fewshot`; outputs in demo-fewshot/).
+# The demo's few-shot figure: every method of the demo, linear_probe, tip_adapter_f and clip_lora, trained on 1, 4
+# and 16 shots of every class of world_objects_sketch, one seed, scored on its test split (`make demo-fewshot`;
+# outputs in demo-fewshot/).
 # The world and the backbone are the demo's values (the same world, the same pretraining), the base-to-novel
 # and transfer protocols are off. Written by `python -m dear.docs` from params.yaml and dear/docs/smoke.py
 # (DEMO_FEWSHOT): edit those, not this file.

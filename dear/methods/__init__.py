@@ -53,6 +53,9 @@ REGISTRY: dict[str, Entry] = {
     "mmrl": Entry("mmrl", "mmrl", "MMRL: representation tokens in both towers"),
     "dear_nomask": Entry("dear", "dear", "DeAR without its role mask (the ablation)"),
     "dear": Entry("dear", "dear", "DeAR: attribute tokens behind a per-head role mask"),
+    "tip_adapter_f": Entry("tip_adapter_f", "tip_adapter_f", "Tip-Adapter-F: a cache of the shots' features beside "
+                           "CLIP's classifier, its keys fine-tuned"),
+    "clip_lora": Entry("clip_lora", "clip_lora", "CLIP-LoRA: low-rank updates of q, k, v in both towers"),
 }
 # names a plugin may not take: the built-in methods' and the recipe files' (a plugin's recipe is named after it)
 RESERVED = frozenset({*REGISTRY, "dassl", *(e.recipe for e in REGISTRY.values())})

@@ -10,6 +10,14 @@ and its inference (`output`). The shared parts live here:
 - text features computed once per class list and prompt when nothing learns;
 - the untouched model's CLS feature, for losses that compare with it;
 - the learnable state that model.pt stores, and the run's seed for the init.
+Hooks a method may need besides those (each with a default that changes nothing):
+`init_passes`/`init_from_passes` (state built from augmented passes over the
+shots before the first step: Tip-Adapter-F's cache), `searches_validation`/
+`search_validation` (a choice made on the validation shots after training:
+Tip-Adapter-F's alpha and beta), `fits_features`/`fit` (no steps at all: the
+linear probe). The trainer's own behaviours a recipe may ask for are read from
+keys only those recipes have (`dear.train.trainer`: `iterations_per_shot`,
+`schedule: cosine_steps` with `min_lr`, `drop_last`, `adam_eps`).
 Shapes: B images, C classes, S attribute/representation streams (stream 0 is
 CLS), E embedding width, D tower width.
 """
@@ -44,6 +52,7 @@ class MethodModel(nn.Module):
     needs_frozen_image: ClassVar[bool] = False  # `step` reads the untouched model's image feature
     refits_fusion: ClassVar[bool] = False  # `fuse` may refit the fusion weights (DeAR)
     fits_features: ClassVar[bool] = False  # `dear train` calls `fit` on the shots' frozen features (linear probe)
+    searches_validation: ClassVar[bool] = False  # `dear train` calls `search_validation` after training (Tip-Adapter-F)
 
     def __init__(self, name: str, clip: nn.Module, tokenizer, recipe: Recipe, roles=None, seed: int = 0):
         super().__init__()
@@ -175,6 +184,21 @@ class MethodModel(nn.Module):
 
     def on_epoch_end(self, epoch: int, epochs: int) -> None:
         """Called by the trainer after each epoch's last step (PromptSRC's prompt averaging)."""
+
+    def init_passes(self) -> int:
+        """Augmented passes over the training shots that `init_from_passes` reads before the optimizer is made
+        (Tip-Adapter-F's cache: its augment epochs); 0, every other method's: none."""
+        return 0
+
+    def init_from_passes(self, passes) -> None:
+        """Build what the passes decide, from batches (pass, frozen prefix [B, 1+N, D], labels [B]) of the shots in
+        their order. The trainer calls it on every start, a resumed one too, before the checkpoint is loaded, so
+        that learnable tensors made here exist (in their shapes) when the optimizer and the checkpoint need them."""
+
+    def search_validation(self, features: torch.Tensor, labels: list[int], classnames: list[str]) -> dict:
+        """With `searches_validation`: choose what the method chooses on the validation shots after training, from
+        their features [N, 1, E] (`encode` of the test transform); returns what `dear train` logs."""
+        raise NotImplementedError(f"{type(self).__name__} sets searches_validation but has no search_validation")
 
     # --- state -------------------------------------------------------------------------
 

@@ -7,6 +7,9 @@ query (head decomposition, SPEC §1) and a different additive mask per head
 (the role mask, SPEC §5). So this module recomposes the towers from their
 parts - reusing the frozen weights in place, never copying them - with the
 same arithmetic as open_clip, through `scaled_dot_product_attention`.
+CLIP-LoRA adds low-rank updates to the q, k, v projections of the blocks it
+adapts: `LowRankQKV` holds one block's, and `low_rank_qkv` applies them to
+every block function here while a method's forward runs, never outside it.
 
 Everything else in `dear` goes through the functions below; when open_clip
 changes its layout, this is the only file to update. Shapes are batch-first:
@@ -97,12 +100,79 @@ def _heads(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
 
 
 def _qkv(block: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Queries, keys and values per head: [B, T, D] -> three [B, H, T, d]."""
+    """Queries, keys and values per head: [B, T, D] -> three [B, H, T, d] (plus a low-rank update, `low_rank_qkv`)."""
     attn: nn.MultiheadAttention = block.attn
     B, T, D = x.shape
     H = attn.num_heads
-    qkv = F.linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias)  # [B, T, 3D]
+    h = block.ln_1(x)
+    qkv = F.linear(h, attn.in_proj_weight, attn.in_proj_bias)  # [B, T, 3D]
+    update = _QKV_UPDATES.get(block)
+    if update is not None:
+        qkv = qkv + update(h).to(qkv.dtype)
     return qkv.view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4).unbind(0)
+
+
+# --- low-rank updates of the attention in-projection (LoRA) ------------------------
+
+MATRICES = ("q", "k", "v")  # the rows of nn.MultiheadAttention's in_proj_weight [3D, D], in this order
+
+
+class LowRankQKV(nn.Module):
+    """A low-rank update of one block's query, key and value projections (LoRA, as MaxZanella/CLIP-LoRA adds it).
+
+    nn.MultiheadAttention stacks W_q, W_k, W_v as the rows of `in_proj_weight` [3D, D]; for each matrix m of
+    `matrices` this adds `scaling` · B_m A_m dropout_m(h) to m's projection of the block's attention input h
+    (ln_1(x)), A_m [r, D], B_m [D, r]. Each matrix draws its own dropout mask (one dropout module each), and only
+    in training mode. A_m starts as nn.Linear's weight does (Kaiming uniform, a = √5: U(±1/√D)), B_m at zero,
+    so an untrained update adds exactly nothing.
+    """
+
+    def __init__(self, width: int, rank: int, matrices: tuple[str, ...], scaling: float, dropout: float):
+        super().__init__()
+        unknown = sorted(set(matrices) - set(MATRICES))
+        if unknown or not matrices:
+            raise DearError(f"recipe: LoRA matrices {list(matrices)} must be a non-empty subset of {list(MATRICES)}")
+        self.width, self.matrices, self.scaling = width, tuple(m for m in MATRICES if m in matrices), scaling
+        self.a = nn.ParameterDict({m: nn.Parameter(torch.empty(rank, width)) for m in self.matrices})
+        self.b = nn.ParameterDict({m: nn.Parameter(torch.zeros(width, rank)) for m in self.matrices})
+        self.dropout = nn.ModuleDict({m: nn.Dropout(dropout) for m in self.matrices})
+        for a in self.a.values():
+            nn.init.kaiming_uniform_(a, a=5 ** 0.5)
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether two equal rows may get different updates (dropout on, in training mode)."""
+        return self.training and any(d.p > 0 for d in self.dropout.values())
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """[..., T, D] attention input -> [..., T, 3D] update of the stacked q, k, v projections."""
+        parts = []
+        for m in MATRICES:
+            if m in self.matrices:
+                a, b = self.a[m].to(h.dtype), self.b[m].to(h.dtype)
+                parts.append(self.dropout[m](h) @ a.T @ b.T * self.scaling)  # [..., T, D]
+            else:
+                parts.append(torch.zeros_like(h))
+        return torch.cat(parts, -1)
+
+
+_QKV_UPDATES: dict[nn.Module, LowRankQKV] = {}  # block -> its update, only inside `low_rank_qkv`
+
+
+@contextlib.contextmanager
+def low_rank_qkv(updates: dict[nn.Module, LowRankQKV]):
+    """Inside the block, every listed block's q, k, v projections carry its update (every function of this module
+    that runs a block: `block_forward`, `block_forward_shared`, `head_outputs`, ...); outside, the frozen model is
+    untouched, so a model sharing the same CLIP never sees another method's update."""
+    clash = [block for block in updates if block in _QKV_UPDATES]
+    if clash:
+        raise DearError("internals: low-rank updates of the same block were nested; one method's updates at a time")
+    _QKV_UPDATES.update(updates)
+    try:
+        yield
+    finally:
+        for block in updates:
+            _QKV_UPDATES.pop(block, None)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -162,6 +232,9 @@ def block_forward_shared(block: nn.Module, x: torch.Tensor, mask: torch.Tensor, 
     group. rows ([N, R] per example, all >= P): only those outputs, as in `block_forward`.
     Returns [N, T, D], or [N, R, D] with rows.
     """
+    update = _QKV_UPDATES.get(block)
+    if update is not None and update.stochastic:  # dropout draws per row: the shared rows would not stay equal
+        return block_forward(block, x, mask, rows=rows)
     N, T, D = x.shape
     G, P = N // group, shared
     prefix, suffix = x[::group, :P], x[:, P:]  # [G, P, D], [N, T - P, D]

@@ -24,10 +24,12 @@ MISSING = "—"
 PROTOCOL_TITLES = {"cross_dataset": "Cross-dataset", "domain_generalization": "Domain generalization"}
 METRIC_NAMES = {"base": "Base", "novel": "Novel", "hm": "HM"}
 FEW_SHOT_PUBLISHED = (
-    "Few-shot learning: no published number stands beside ours. None of the authors' repositories prints its "
-    "few-shot results as text (KaiyangZhou/CoOp's README.md and lpclip/README.md, the READMEs of KgCoOp, "
-    "PromptSRC and MMRL); CoOp gives them as a figure (its Figure 3, no table), and the few-shot tables of the "
-    "KgCoOp, PromptSRC and MMRL papers are not transcribed here, so no value could be checked against its source.")
+    "Few-shot learning: only CLIP-LoRA's 11-dataset Averages per shot count stand beside ours (its paper's "
+    "few-shot table, ViT-B/16; in the table above when this run covers those eleven datasets). None of the other "
+    "authors' repositories prints its few-shot results as text (KaiyangZhou/CoOp's README.md and lpclip/README.md, "
+    "the READMEs of KgCoOp, PromptSRC and MMRL); CoOp gives them as a figure (its Figure 3, no table), "
+    "Tip-Adapter's exp.log holds RN50's (another backbone), and the few-shot tables of the KgCoOp, PromptSRC and "
+    "MMRL papers are not transcribed here, so no value could be checked against its source.")
 
 
 @dataclass(frozen=True)
@@ -374,6 +376,8 @@ def _published(frame: pd.DataFrame, problems: list[str], page: Page) -> list[str
 def _where_published(row) -> str:
     if row.protocol == "base_to_novel":
         return row.dataset
+    if shots_of(row.protocol) is not None:
+        return f"Few-shot, {shots_label(row.protocol)}: {row.dataset}"
     return f"{PROTOCOL_TITLES[row.protocol]} from {row.source}: {row.dataset}"
 
 

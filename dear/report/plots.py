@@ -25,11 +25,12 @@ LINESTYLES = ("-", "--", ":", "-.")
 
 
 def method_colors(methods: list[str]) -> dict[str, tuple]:
-    """One fixed colour per method, by its position in the method order."""
+    """One fixed colour per method, by its position in the method order: tab10's ten (tab20's dark ones, the same
+    values), then tab20's light ones for methods 11 to 20 (the few-shot figure's twelve), then around again."""
     from matplotlib import colormaps
 
-    palette = colormaps["tab10"]
-    return {method: palette(index % 10) for index, method in enumerate(methods)}
+    palette = colormaps["tab20"]
+    return {method: palette(2 * (index % 10) + (index // 10) % 2) for index, method in enumerate(methods)}
 
 
 def base_novel_png(results: pd.DataFrame, listed_methods: list[str], dpi: int) -> bytes:

@@ -8,7 +8,9 @@ runs (RECIPES §8). The report shows them only beside a run in that setting
 world. Per-dataset base-to-novel numbers come from each method's paper
 (its base-to-novel table); the averages from the READMEs that print them;
 transfer averages from the papers' cross-dataset and domain-generalization
-tables. `None`-free: a number a source does not give is simply absent.
+tables; few-shot averages (per K, over the 11 datasets) where a source gives
+them as numbers (CLIP-LoRA's paper; Tip-Adapter's exp.log is RN50's, another
+backbone, so it is not here). `None`-free: a number a source does not give is simply absent.
 Each row is checked where it can be (`hm_problems`): a published HM that
 is not 2BN/(B+N) of its own Base and Novel (to rounding) is flagged in the
 report, not silently corrected.
@@ -20,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from dear.report.tables import AVERAGE
-from dear.results import harmonic_mean
+from dear.results import few_shot_protocol, harmonic_mean, shots_of
 
 SETTING = (("model", "arch", "ViT-B-16"), ("model", "pretrained", "openai"), ("data", "source", "coop"),
            ("data", "shots", 16))
@@ -146,6 +148,10 @@ DEAR_AVERAGE_BASE = 85.94  # the DeAR paper reports its average Base accuracy on
 CROSS_DATASET = {"coop": 63.88, "cocoop": 65.74, "kgcoop": 65.51, "maple": 66.30, "promptsrc": 65.81, "mmrl": 67.25}
 DOMAIN_GENERALIZATION = {"zeroshot": 57.18, "coop": 59.28, "cocoop": 59.91, "kgcoop": 60.12, "maple": 60.28,
                          "promptsrc": 60.65, "mmrl": 60.59}
+# few-shot learning: the average over the 11 datasets per shot count K (ViT-B/16, CoOp's datasets and splits)
+FEW_SHOT = {"clip_lora": {1: 72.5, 2: 75.4, 4: 77.4, 8: 80.3, 16: 83.0}}
+FEW_SHOT_SOURCES = {"clip_lora": "CLIP-LoRA paper (CVPRW 2024, arXiv 2405.18541), few-shot table, ViT-B/16 Average, "
+                                 "as issue 38 quotes it (the README shows it only as a figure, few_shot.png)"}
 
 COLUMNS = ["protocol", "source", "dataset", "method", "metric", "published", "ours", "difference", "ci_low",
            "ci_high", "inside", "n_seeds", "published_source", "flag"]
@@ -177,6 +183,9 @@ def published() -> pd.DataFrame:
         for method, value in values.items():
             records.append((protocol, TRANSFER_SOURCE, AVERAGE, method, "accuracy", value, f"{PAPERS[method]}, {table}",
                             ""))
+    for method, by_k in FEW_SHOT.items():
+        for k, value in by_k.items():
+            records.append((few_shot_protocol(k), "", AVERAGE, method, "accuracy", value, FEW_SHOT_SOURCES[method], ""))
     return pd.DataFrame(records, columns=["protocol", "source", "dataset", "method", "metric", "value",
                                           "published_source", "flag"])
 
@@ -219,9 +228,11 @@ def _comparable_averages(results: pd.DataFrame) -> pd.Series:
     expected = {"base_to_novel": ("", set(B2N_DATASETS)), "cross_dataset": (TRANSFER_SOURCE, set(CROSS_TARGETS)),
                 "domain_generalization": (TRANSFER_SOURCE, set(DOMAIN_TARGETS))}
     keep = pd.Series(False, index=results.index)
+    expected.update({protocol: ("", set(B2N_DATASETS)) for protocol in set(results["protocol"])
+                     if shots_of(protocol) is not None})  # few-shot: the 11 datasets at every K
     for protocol, (source, datasets) in expected.items():
         rows = results[(results["protocol"] == protocol) & (results["row"] == "dataset")]
-        if protocol != "base_to_novel":
+        if protocol != "base_to_novel" and shots_of(protocol) is None:
             rows = rows[rows["source"] == source]
         if set(rows["dataset"]) - {source} == datasets:
             keep |= (results["protocol"] == protocol) & (results["source"] == source) & (results["row"] == "average")

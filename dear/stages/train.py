@@ -12,7 +12,9 @@ lives at `Outputs.checkpoint`, outside the declared outputs, and is removed
 once both outputs are written. `zeroshot` trains nothing and writes the same
 two files (an empty log); `linear_probe` fits its classifier on the shots'
 frozen features (dear/train/features.py), also with an empty log: its C
-search is in model.pt.
+search is in model.pt. A method that `searches_validation` (Tip-Adapter-F)
+trains, then chooses on the validation shots' features what its authors
+search after training; the choice is in model.pt.
 """
 
 from __future__ import annotations
@@ -122,11 +124,15 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                  found.c, len(found.tried), 100 * dict(found.tried)[found.c])
     elif model.trains:
         check_images_exist(shots, inputs.fewshot)
+        val = features.search_shots(model, shots, inputs.fewshot, inputs.classes) if model.searches_validation else None
         log.info("%s on %s (%s): %s", name, inputs.dataset, recipe.protocol, _recipe_line(recipe))
         rows = trainer.fit(trainer.Run(
             model=model, shots=shots, recipe=recipe, compute=params.compute, seed=inputs.seed,
             image_size=oc.image_size(backbone.model), normalization=oc.image_normalization(backbone.model),
             checkpoint=checkpoint, checkpoint_every=params.train.checkpoint_every, params_hash=run_hash))
+        if val is not None:  # Tip-Adapter-F: alpha and beta searched on the validation shots
+            found = features.search(model, val, params.compute, params.evaluate.batch_size, f"train {name}")
+            log.info("%s on %s: %s", name, inputs.dataset, ", ".join(f"{k} {v}" for k, v in found.items()))
     record = {"backbone_sha256": sha, "roles_sha256": roles_sha, "params_sha256": run_hash,
               "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes, "classnames": shots.classnames,
               **({"shots": inputs.shots} if inputs.shots is not None else {})}

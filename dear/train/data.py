@@ -88,25 +88,33 @@ class Schedule:
 
     Dassl: `drop_last = is_train and len(data_source) >= batch_size`: the last short
     batch is dropped when the shots hold at least one full batch (304 shots at
-    batch 32: 9 steps), and kept as the only batch when they do not.
+    batch 32: 9 steps), and kept as the only batch when they do not. `drop_last`
+    False keeps it (a plain DataLoader's default: Tip-Adapter's and CLIP-LoRA's
+    loaders, 304 shots at batch 32: 10 steps). `steps`: the run stops after this
+    many steps, in the middle of an epoch if it falls there (CLIP-LoRA's
+    `count_iters == total_iters`); None: after `epochs` whole epochs.
     """
 
     n: int
     batch_size: int
     epochs: int
     seed: int
+    drop_last: bool | None = None  # None: Dassl's rule above
+    steps: int | None = None
 
     @property
     def drops_last(self) -> bool:
-        return self.n >= self.batch_size
+        return self.n >= self.batch_size and self.drop_last is not False
 
     @property
     def steps_per_epoch(self) -> int:
+        if self.drop_last is False:
+            return -(-self.n // self.batch_size)
         return self.n // self.batch_size if self.drops_last else 1
 
     @property
     def total_steps(self) -> int:
-        return self.steps_per_epoch * self.epochs
+        return self.steps if self.steps is not None else self.steps_per_epoch * self.epochs
 
     def order(self, epoch: int) -> list[int]:
         generator = torch.Generator().manual_seed(derived_seed(self.seed, epoch, 0))
@@ -139,6 +147,36 @@ class ShotImages(torch.utils.data.Dataset):
         with cpu_seeded(derived_seed(self.schedule.seed, epoch, slot + 1)):
             pixels = self.transform(image)  # [3, S, S]
         return pixels, self.shots.labels[row]
+
+
+PASS_STREAM = 0x5EED_CA  # the augmentation draws of `ShotPasses`, apart from the epochs' (seed, epoch, slot)
+
+
+class ShotPasses(torch.utils.data.Dataset):
+    """Item (pass, row): shot `row` in a view of its own for augmented pass `pass` (Tip-Adapter-F's cache), its
+    draws from (seed, PASS_STREAM, pass, row) alone."""
+
+    def __init__(self, shots: Shots, transform, seed: int):
+        self.shots, self.transform, self.seed = shots, transform, seed
+
+    def __len__(self) -> int:
+        return len(self.shots.paths)
+
+    def __getitem__(self, item: tuple[int, int]):
+        index, row = item
+        image = manifest.read_rgb(self.shots.paths[row])
+        with cpu_seeded(derived_seed(self.seed, PASS_STREAM, index, row)):
+            pixels = self.transform(image)  # [3, S, S]
+        return index, pixels, self.shots.labels[row]
+
+
+def passes(dataset: ShotPasses, count: int, batch_size: int, workers: int):
+    """Batches (pass [B], pixels [B, 3, S, S], labels [B]) of `count` passes over the shots, each in shot order."""
+    n = len(dataset)
+    batches = [[(index, row) for row in range(first, min(first + batch_size, n))]
+               for index in range(count) for first in range(0, n, batch_size)]
+    return from_workers(torch.utils.data.DataLoader(dataset, batch_sampler=batches,
+                                                    num_workers=cpus.processes(workers)))
 
 
 def loader(dataset: ShotImages, start_step: int, workers: int, pin_memory: bool = False):

@@ -10,6 +10,13 @@ the loop is Dassl's TrainerX:
 - an epoch is a fresh permutation of the shots in batches, the last short one
   dropped when the shots hold at least one full batch (`Schedule`);
 - the model after the last epoch is the one kept (no selection on validation);
+- what only some authors' loops do, asked for by keys only their recipes have
+  (absent, nothing changes): a run of `iterations_per_shot` x K steps instead of
+  whole epochs, a cosine stepped per iteration down to `min_lr` (`schedule:
+  cosine_steps`, torch's CosineAnnealingLR over all steps), the last short
+  batch kept (`drop_last: false`), AdamW's `adam_eps` (CLIP-LoRA, Tip-Adapter-F);
+  and a model's augmented passes over the shots before the first step
+  (`MethodModel.init_passes`: Tip-Adapter-F's cache);
 - the precision of the recipe on CUDA: fp16 (CLIP and the learnable tensors in
   half), amp (fp16 autocast, loss scaling), bf16 autocast (ours) or fp32.
 Checkpoints every `train.checkpoint_every` steps carry the full state, and the
@@ -35,7 +42,7 @@ from dear.methods.recipe import Recipe
 from dear.params import Compute
 from dear.progress import track
 from dear.train import checkpoint
-from dear.train.data import Schedule, ShotImages, Shots, loader, train_transform
+from dear.train.data import Schedule, ShotImages, ShotPasses, Shots, loader, passes, train_transform
 from dear.train.views import ViewCache
 
 log = logging.getLogger("dear.train")
@@ -56,6 +63,36 @@ class EpochCosine:
         if epoch < self.warmup_epochs:
             return self.warmup_factor
         return 0.5 * (1.0 + math.cos(math.pi * (epoch - self.warmup_epochs) / max(1, self.epochs)))
+
+
+class StepCosine:
+    """LR factor of step s under torch's CosineAnnealingLR(T_max = all steps, eta_min), stepped once per step.
+
+    lr(s) = eta_min + (lr - eta_min) · 0.5 (1 + cos(π s / T)): the closed form of torch's recursion (the same
+    numbers up to float rounding), as CLIP-LoRA's lora.py and Tip-Adapter's main.py step it after every batch.
+    """
+
+    def __init__(self, total_steps: int, lr: float, min_lr: float):
+        self.total_steps, self.lr, self.min_lr = total_steps, lr, min_lr
+
+    def __call__(self, step: int) -> float:
+        cosine = 0.5 * (1.0 + math.cos(math.pi * step / max(1, self.total_steps)))
+        return (self.min_lr + (self.lr - self.min_lr) * cosine) / self.lr
+
+
+def schedule_of(recipe: Recipe, shots: Shots, seed: int) -> Schedule:
+    """The batches of a run: `epochs` whole epochs, or `iterations_per_shot` x K steps (K: the most shots of a
+    class; CLIP-LoRA's total_iters = n_iters * shots), the last short batch dropped as Dassl does unless the
+    recipe's `drop_last` is false."""
+    n, per_shot = len(shots.paths), recipe.get("iterations_per_shot")
+    steps = None if per_shot is None else per_shot * shots.per_class()[1]
+    probe = Schedule(n=n, batch_size=recipe.batch_size, epochs=1, seed=seed, drop_last=recipe.get("drop_last"))
+    if steps is None and recipe.epochs is None:
+        raise DearError(f"recipe {recipe.recipe}: epochs is null and so is iterations_per_shot; set one "
+                        f"(train.recipes.{recipe.recipe}.epochs or .iterations_per_shot)")
+    epochs = recipe.epochs if steps is None else -(-steps // probe.steps_per_epoch)
+    return Schedule(n=n, batch_size=recipe.batch_size, epochs=epochs, seed=seed, drop_last=recipe.get("drop_last"),
+                    steps=steps)
 
 
 @dataclass
@@ -91,7 +128,8 @@ def fit(run: Run) -> list[dict]:
     precision = devices.Precision(recipe.precision, device)
     devices.fast_matmuls(device)  # fp32 matmuls outside autocast (frozen features)
     model = precision.prepare(run.model.to(device)).train()
-    schedule = Schedule(n=len(run.shots.paths), batch_size=recipe.batch_size, epochs=recipe.epochs, seed=run.seed)
+    schedule = schedule_of(recipe, run.shots, run.seed)
+    init_from_passes(run, model, precision)  # before the optimizer: it may make learnable tensors (Tip-Adapter-F)
     loop = make_loop(model, recipe, schedule, precision)
     rows, start, elapsed = [], 0, 0.0
     fade_steps = round(recipe.get("fade_in_epochs", 0.0) * schedule.steps_per_epoch)
@@ -140,6 +178,23 @@ def _batches(run: Run, model: MethodModel, schedule: Schedule, start: int, preci
         return cached_batches(cache, schedule, run.shots, start)
     return loader(ShotImages(run.shots, schedule, transform), start, run.compute.workers,
                   pin_memory=precision.device.type == "cuda")
+
+
+def init_from_passes(run: Run, model: MethodModel, precision: "devices.Precision") -> None:
+    """The model's augmented passes over the shots (`MethodModel.init_passes`), their frozen prefixes in shot order,
+    each view drawn from (seed, pass, shot) alone: the same on a fresh start and on a resumed one."""
+    count = model.init_passes()
+    if not count:
+        return
+    transform = train_transform(run.recipe, run.image_size, *run.normalization)
+    batches = passes(ShotPasses(run.shots, transform, run.seed), count, run.recipe.batch_size, run.compute.workers)
+
+    def prefixes():
+        for index, pixels, labels in batches:
+            with torch.no_grad(), precision.autocast():
+                yield int(index[0]), model.image_prefix(pixels.to(model.device)), labels.to(model.device)
+
+    model.init_from_passes(prefixes())
 
 
 def fade_at(steps: int, fade_steps: int) -> float:
@@ -191,9 +246,14 @@ def make_loop(model: MethodModel, recipe: Recipe, schedule: Schedule, precision:
     learnable = [param for param in model.parameters() if param.requires_grad]
     if recipe.optimizer == "sgd":  # Dassl's SGD: no dampening, no Nesterov
         optimizer = torch.optim.SGD(learnable, lr=recipe.lr, momentum=recipe.momentum, weight_decay=recipe.weight_decay)
-    else:  # Dassl's adamw: betas (0.9, 0.999), eps 1e-8
-        optimizer = torch.optim.AdamW(learnable, lr=recipe.lr, weight_decay=recipe.weight_decay)
-    factor = EpochCosine(schedule.steps_per_epoch, schedule.epochs, recipe.warmup_epochs, recipe.warmup_lr / recipe.lr)
+    else:  # Dassl's adamw: betas (0.9, 0.999), eps 1e-8 (Tip-Adapter's: adam_eps 1e-4)
+        optimizer = torch.optim.AdamW(learnable, lr=recipe.lr, weight_decay=recipe.weight_decay,
+                                      eps=recipe.get("adam_eps", 1e-8))
+    if recipe.get("schedule") == "cosine_steps":
+        factor = StepCosine(schedule.total_steps, recipe.lr, recipe.min_lr)
+    else:
+        factor = EpochCosine(schedule.steps_per_epoch, schedule.epochs, recipe.warmup_epochs,
+                             recipe.warmup_lr / recipe.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     scaler = torch.amp.GradScaler(precision.device.type, enabled=precision.scales_loss)
     return Loop(optimizer, scheduler, scaler, schedule)
