@@ -109,7 +109,7 @@ class MethodModel(nn.Module):
         template = template or self.recipe.get("template")
         if torch.is_grad_enabled():
             return self.compute_text_features(list(classnames), template)
-        key = ("text", tuple(classnames), template, str(self.device), self.fade,
+        key = ("text", tuple(classnames), template, str(self.device), self.fade, self.training,  # dropout: CLIP-LoRA
                tuple(p._version for p in self.parameters() if p.requires_grad))
         if key not in self._cache:
             self._cache = {k: v for k, v in self._cache.items() if k[0] != "text"}

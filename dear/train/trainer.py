@@ -27,6 +27,8 @@ stopped (on CPU).
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import math
 import time
@@ -145,7 +147,8 @@ def fit(run: Run) -> list[dict]:
         lr = loop.scheduler.get_last_lr()[0]
         model.fade = fade_at(step + 1, fade_steps)
         labels = labels.to(device, non_blocking=True)
-        result = step_of_batch(model, _to(inputs, device), labels, classnames, precision)
+        with seeded_step(run.seed, step, device):
+            result = step_of_batch(model, _to(inputs, device), labels, classnames, precision)
         if not torch.isfinite(result.total):
             _stop_on_nan(step, result, run.checkpoint)
         update(loop, result.total)
@@ -160,7 +163,7 @@ def fit(run: Run) -> list[dict]:
         if done % run.checkpoint_every == 0 or done == schedule.total_steps:
             _check_finite(model, step, run.checkpoint)
             if done == schedule.total_steps:  # no next step's loss looks at the last update: look now
-                with torch.no_grad():
+                with torch.no_grad(), seeded_step(run.seed, done, device):
                     after = step_of_batch(model, _to(inputs, device), labels, classnames, precision)
                 if not torch.isfinite(after.total):
                     _stop_on_nan(step, after, run.checkpoint, "after the last update")
@@ -218,6 +221,16 @@ def _to(images, device: torch.device):
     if isinstance(images, torch.Tensor):
         return images.to(device, non_blocking=True)
     return tuple(None if part is None else part.to(device) for part in images)
+
+
+@contextlib.contextmanager
+def seeded_step(seed: int, step: int, device: torch.device):
+    """The random draws of one step's forward (CLIP-LoRA's dropout) from (seed, step) alone, the generators' states
+    restored after: a resumed run draws what the uninterrupted one drew, and a method that draws nothing in its
+    forward computes what it computed without this."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed * 1_000_003 + step)
+        yield
 
 
 def step_of_batch(model: MethodModel, inputs, labels: torch.Tensor, classnames: list[str],
