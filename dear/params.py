@@ -26,18 +26,7 @@ from dear.errors import DearError
 from dear.methods import REGISTRY
 from dear.methods.recipe import problems as recipe_problems
 from dear.methods.recipe import resolve
-
-DEFAULT_PATH = "params.yaml"
-_in_use = [DEFAULT_PATH]  # the params file of this process's stage: what its messages ask to edit
-
-
-def in_use() -> str:
-    """The params file the running stage read (`dear.cli` sets it: --params); params.yaml elsewhere."""
-    return _in_use[0]
-
-
-def use(path: str | Path) -> None:
-    _in_use[0] = str(path)
+from dear.paramsfile import DEFAULT_PATH, in_use, use  # noqa: F401 (the stages' and the CLI's names for them)
 
 
 class Section(BaseModel):
@@ -78,7 +67,7 @@ class Data(Section):
         from dear.data.custom import name_problem
 
         for name in custom:
-            problem = name_problem(name)
+            problem = name_problem(name, reserved=recipe_datasets())
             if problem:
                 raise ValueError(problem)
         return custom
@@ -90,6 +79,14 @@ class Data(Section):
         if repeated:
             raise ValueError(f"seed {repeated[0]} is listed twice; list each seed once")
         return seeds
+
+
+def recipe_datasets() -> set[str]:
+    """Every dataset name some recipe file has a layer for: a dataset of one's own may not take one (it would
+    silently get that dataset's recipe values)."""
+    from dear.methods.recipe import load
+
+    return {dataset for entry in REGISTRY.values() for dataset in load(entry.recipe).datasets}
 
 
 class CustomDataset(Section):

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from PIL import Image
 from typer.testing import CliRunner
 
 from dear.cli import app
-from dear.data import custom, fewshot
+from dear.data import custom, datasets, fewshot
 from dear.data.manifest import read_manifest
 from dear.errors import DearError
 from dear.keys import reads
@@ -107,9 +108,18 @@ def test_the_carved_validation_split_is_dasslss_and_few_shot_picks_follow_it(in_
     assert [row["path"] for row in picks] == expect
 
 
+def other_images(source: Path, target: Path) -> None:
+    """`source`'s folders and file names in `target`, each image mirrored: the same layout, other bytes."""
+    for image in sorted(source.rglob("*.png")):
+        copy = target / image.relative_to(source)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        with Image.open(image) as opened:
+            opened.transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(copy)
+
+
 @pytest.mark.parametrize("folder", ["val", "validation"])
 def test_a_val_folder_is_used_as_given(in_tmp, folder):
-    shutil.copytree(in_tmp / "mine/test", in_tmp / f"mine/{folder}")
+    other_images(in_tmp / "mine/test", in_tmp / f"mine/{folder}")
     ok(prepare(in_tmp))
     manifest = read_manifest(in_tmp / "data/mine").to_pylist()
     assert all(f"/{folder}/" in row["path"] for row in manifest if row["split"] == "val")
@@ -136,21 +146,27 @@ def test_without_base_classes_the_halves_are_coops():
 
 
 def test_coop_json_at_any_path_and_csv_labels_with_names(in_tmp):
-    manifest = read_manifest(prepare_ok(in_tmp, "mine"))
-    rows = manifest.to_pylist()
-    split = {s: [[str(Path(r["path"]).relative_to("mine")), r["label"], r["classname"]] for r in rows
-                 if r["split"] == s] for s in ("train", "val", "test")}
+    """The same files declared as a folder, as a split JSON elsewhere and as a CSV of integer labels named by
+    `classnames`, their rows shuffled: one manifest and the same few-shot picks (the canonical order)."""
+    folder = prepare_ok(in_tmp, "mine")
+    manifest = read_manifest(folder)
+    rows = [row for row in manifest.to_pylist()]
+    declared = {"train": "train", "val": "train", "test": "test"}  # val was carved from train/: declared train
+    shuffled = random.Random(7).sample(rows, len(rows))
+    split = {s: [[str(Path(r["path"]).relative_to("mine")), r["label"], r["classname"].replace(" ", "_")]
+                 for r in shuffled if declared[r["split"]] == s] for s in ("train", "test")}
     (in_tmp / "splits").mkdir()
     (in_tmp / "splits/my_split.json").write_text(json.dumps(split))
     names = dict(zip(manifest["label"].to_pylist(), manifest["classname"].to_pylist()))
     with open(in_tmp / "mine/labels.csv", "w") as handle:
-        handle.write("path,label,split\n" + "".join(f"{Path(r['path']).relative_to('mine')},{r['label']},{r['split']}\n"
-                                                    for r in rows))
+        handle.write("path,label,split\n" + "".join(f"{Path(r['path']).relative_to('mine')},{r['label']},"
+                                                    f"{declared[r['split']]}\n" for r in shuffled))
     declared = {"mine": FOLDER, "mine_json": {"format": "coop-json", "path": "splits/my_split.json", "images": "mine"},
                 "mine_labels": {"format": "csv", "path": "mine/labels.csv", "classnames": names}}
     for name in ("mine_json", "mine_labels"):
         ok(prepare(in_tmp, name, **declared))
-        assert read_manifest(in_tmp / f"data/{name}").equals(manifest)
+        for ours, theirs in zip(tables(folder), tables(in_tmp / f"data/{name}")):
+            assert ours.equals(theirs), name
 
 
 def prepare_ok(tmp_path: Path, name: str) -> Path:
@@ -215,7 +231,7 @@ def test_recipe_examples_are_the_datasets_own_base_classes(in_tmp):
 
 
 def test_custom_listing_checks_cost_no_images(in_tmp):
-    listing = custom.read("mine", load_params(params_file(in_tmp)).data.custom["mine"])
+    listing = datasets.read(custom.declaration("mine", load_params(params_file(in_tmp)).data.custom["mine"]))
     assert len(listing.paths) == 9 * len(CLASSES) and listing.base is None
     assert np.array_equal(np.unique(listing.labels), np.arange(len(CLASSES)))
 
