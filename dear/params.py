@@ -52,7 +52,8 @@ class Data(Section):
     shots: int = Field(ge=1, description="training shots per class")
     val_shots: int = Field(ge=0, description="validation shots per class: min(shots, val_shots) (CoOp: 4)")
     verify: Literal["decode", "exists", "none"] = Field(
-        description="decode opens every image; exists checks files are there; none trusts the split")
+        description="decode decodes every image; exists reads each file's header (a dataset of one's own: also its "
+                    "end, so a cut file is caught, and its content is compared across splits); none opens no file")
     skip_bad: bool = Field(description="drop missing/corrupt images (listed next to the manifest) instead of failing")
     hash_content: bool = Field(description="record each image's sha256 in the manifest (reads every byte)")
     workers: int = Field(ge=1, description="parallel workers for image verification")

@@ -416,3 +416,19 @@ def test_a_class_name_typo_in_a_csv_row_names_the_row(in_tmp, split):
     missing = "training" if split == "test" else "test"
     assert f"mine/images.csv:{number}: class 'gren' has no {missing} image (its images: 1 {split})" in line
     assert "a typo of 'green'?" in line and "fix the class name in this row" in line
+
+
+def test_the_data_checks_benchmark_catches_what_it_times(tmp_path, capsys):
+    import sys
+    import types
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import data_checks
+
+    args = types.SimpleNamespace(images=6, files=60, planted=3, workers=1, repeat=1, dir=tmp_path)
+    data_checks.measure_verify(args)
+    data_checks.measure_duplicates(args)
+    printed = capsys.readouterr().out
+    assert "catches: half a JPEG, a JPEG without its last 5 bytes, 300 bytes of a PNG" in printed  # header + end
+    assert "catches: 300 bytes of a PNG" in printed  # PIL's verify() decodes no JPEG data
+    assert "found 3 groups of identical files, the planted ones: True" in printed

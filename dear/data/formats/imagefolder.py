@@ -7,7 +7,8 @@ image extension, found recursively in sorted order; hidden entries (".name")
 are skipped. Files of other extensions are skipped with a warning (torchvision
 skips them silently). An empty class folder, a class of val/ or test/ that
 train/ lacks, and a missing test/ are errors: a study never scores training
-images.
+images (a class of train/ without a test/ folder is refused by
+`dear.data.listing`, which every format shares).
 """
 
 from __future__ import annotations
