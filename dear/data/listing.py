@@ -77,8 +77,8 @@ def assemble(declaration, found: Found) -> Listing:
         raise DearError(f"{found.source}: {declaration.key} lists no images; {declaration.howto}")
     order = found.order if found.order is not None else sorted(set(found.keys))
     label_of = {class_key: label for label, class_key in enumerate(order)}
-    labels = np.fromiter((label_of[k] for k in found.keys), dtype=np.int64, count=len(found.keys))      # [N]
-    splits = np.fromiter((SPLIT_CODE[s] for s in found.splits), dtype=np.int8, count=len(found.splits))  # [N]
+    labels = np.asarray(list(map(label_of.__getitem__, found.keys)), dtype=np.int64)     # [N]
+    splits = np.asarray(list(map(SPLIT_CODE.__getitem__, found.splits)), dtype=np.int8)  # [N]
     _every_label_present(labels, len(order), found.source, declaration)
     names = class_names(found, order, declaration)
     if found.listed:
@@ -105,11 +105,11 @@ def assemble(declaration, found: Found) -> Listing:
 
 def _every_label_present(labels: np.ndarray, n_classes: int, source: Path, declaration) -> None:
     """Labels must be exactly 0..n-1, every one with an image (a numbered format may skip one)."""
-    present = np.unique(labels)
-    if len(present) != n_classes:
-        missing = sorted(set(range(n_classes)) - set(present.tolist()))
+    images = np.bincount(labels, minlength=n_classes)  # [n]
+    if not images.all():
+        missing = np.flatnonzero(images == 0)
         raise DearError(f"{source}: labels must be 0..n-1 with every class present, but label {missing[0]} has no "
-                        f"image ({len(present)} distinct labels); {declaration.howto}")
+                        f"image ({n_classes - missing.size} distinct labels); {declaration.howto}")
 
 
 # --- class names and base classes -----------------------------------------------------
@@ -203,8 +203,8 @@ def _classes_in_each_split(declaration, found: Found, order: list[str], names: l
     if not (splits == TEST).any():
         raise DearError(f"{found.source}: {declaration.key} has no test images; give each class test images in a test "
                         f"split ({declaration.howto}): a study never scores its training images")
-    counts = np.zeros((len(order), len(SPLITS)), dtype=np.int64)  # [n, 3]
-    np.add.at(counts, (labels, splits), 1)
+    counts = np.bincount(labels * len(SPLITS) + splits, minlength=len(order) * len(SPLITS)).reshape(-1, len(SPLITS))
+    #        [n, 3] images per class and split
     if not declaration.test_only and found.rows is not None:
         _refuse_empty(found, order, names, labels, counts, TRAIN, "training")
     _refuse_empty(found, order, names, labels, counts, TEST, "test")

@@ -58,8 +58,8 @@ def image_files(folder: Path) -> list[str]:
 
 def _add_folder(found: Found, folder: Path, key: str, split: str) -> None:
     files = image_files(folder)
-    prefix = str(folder)
-    found.paths.extend(os.path.join(prefix, name) for name in files)
+    prefix = os.path.join(str(folder), "")  # + name == os.path.join(folder, name), at a fraction of its cost
+    found.paths.extend([prefix + name for name in files])
     found.keys.extend([key] * len(files))
     found.splits.extend([split] * len(files))
 
