@@ -95,10 +95,11 @@ def assemble(declaration, found: Found) -> Listing:
     if found.imagenet is not None:
         by_label = np.asarray([found.imagenet[class_key] for class_key in order], dtype=np.int32)  # [n]
         imagenet = by_label[labels[rows]]
-    listing = Listing(paths=[found.paths[i] for i in rows] if declaration.order == "canonical" else found.paths,
+    same = declared is None and declaration.order != "canonical"  # rows in the format's own order: no copy
+    listing = Listing(paths=found.paths if same else [found.paths[i] for i in rows],
                       labels=labels[rows].astype(np.int32), splits=splits, classnames=names, imagenet_labels=imagenet,
                       source=found.source, declared=declared,
-                      rows=None if found.rows is None else [found.rows[i] for i in rows])
+                      rows=found.rows if same or found.rows is None else [found.rows[i] for i in rows])
     listing.base = base_mask(declaration.base_classes, order, names, declaration.key)
     return listing
 
