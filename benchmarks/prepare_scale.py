@@ -4,7 +4,7 @@ Builds a synthetic ImageNet layout (CoOp's: images/train/<wnid>/, images/val/<wn
 classnames.txt) whose files are hard links to one tiny JPEG per class, so it
 costs directory entries, not disk. Then times, in this one process:
 - baseline: a plain single-process walk that `os.stat`s every file;
-- listing: `dear.data.coop.read_dataset` (scandir + sort, no file opened);
+- listing: `dear.data.datasets.read_dataset` (scandir + sort, no file opened);
 - verify: `dear.data.verify.check_images` with verify=exists (header read, width/height);
 - the whole stage `dear.stages.prepare.run` (listing + verify + tables + Parquet writes);
 - few-shot sampling of the written manifest for each seed.
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from dear.data import coop, verify
+from dear.data import datasets, verify
 from dear.data.manifest import read_manifest
 from dear.params import Data
 from dear.stages import prepare
@@ -171,7 +171,7 @@ def main() -> None:
     out = args.dir / "out"
     _, stage_s = timed(prepare.run, params, prepare.Inputs("imagenet"), prepare.Outputs(out))
     stage_peak = peak_mib()  # the stage's own peak: nothing else big was alive yet
-    (spec, listing), list_s = timed(coop.read_dataset, "imagenet", str(root))
+    (spec, listing), list_s = timed(datasets.read_dataset, "imagenet", str(root))
     check, verify_s = timed(verify.check_images, listing.paths, "exists", False, args.workers, "imagenet")
     assert not check.reasons, "synthetic files should all be readable"
     del listing, check
@@ -184,7 +184,7 @@ def main() -> None:
     print(f"synthetic ImageNet layout: {n_files} files ({n_train} train), {args.classes} classes, "
           f"built in {build_s:.1f} s; workers={args.workers}, {os.cpu_count()} cores")
     print(f"{'step':<34}{'seconds':>9}{'files/s':>11}{'x baseline':>12}{'s at 1.33M':>12}")
-    rows = [("baseline: os.walk + os.stat", base_s), ("listing (coop.read_dataset)", list_s),
+    rows = [("baseline: os.walk + os.stat", base_s), ("listing (datasets.read_dataset)", list_s),
             ("verify=exists (header, w/h)", verify_s), ("whole stage (prepare.run)", stage_s)]
     for name, seconds in rows:
         print(f"{name:<34}{seconds:>9.2f}{n_files / seconds:>11.0f}{seconds / base_s:>12.2f}{seconds * scale:>12.1f}")

@@ -211,7 +211,7 @@ def split_size(params: Params, dataset: str, split: str) -> int | None:
         return _world_split_size(params.world, dataset, split)
     spec = coop.SPECS.get(dataset)
     path = spec.dataset_dir(Path(params.data.root)) / spec.split_file if spec else None
-    if spec is None or spec.reader is not coop.read_split_json or not path.is_file():
+    if spec is None or spec.format != "coop-json" or not path.is_file():
         return None
     try:
         return len(json.loads(path.read_text()).get(split, []))
@@ -521,7 +521,7 @@ def _fewest_train_images(params: Params, dataset: str) -> int | None:
         return _world_split_size(params.world, dataset, "train", per_class=True)
     spec = coop.SPECS.get(dataset)
     path = spec.dataset_dir(Path(params.data.root)) / spec.split_file if spec else None
-    if spec is None or spec.test_only or spec.reader is not coop.read_split_json or not path.is_file():
+    if spec is None or spec.test_only or spec.format != "coop-json" or not path.is_file():
         return None
     try:
         labels = [item[1] for item in json.loads(path.read_text()).get("train", [])]

@@ -26,18 +26,7 @@ from dear.errors import DearError
 from dear.methods import entry as method_entry
 from dear.methods.recipe import problems as recipe_problems
 from dear.methods.recipe import resolve
-
-DEFAULT_PATH = "params.yaml"
-_in_use = [DEFAULT_PATH]  # the params file of this process's stage: what its messages ask to edit
-
-
-def in_use() -> str:
-    """The params file the running stage read (`dear.cli` sets it: --params); params.yaml elsewhere."""
-    return _in_use[0]
-
-
-def use(path: str | Path) -> None:
-    _in_use[0] = str(path)
+from dear.paramsfile import DEFAULT_PATH, in_use, use  # noqa: F401 (the stages' and the CLI's names for them)
 
 
 class Section(BaseModel):
@@ -63,7 +52,8 @@ class Data(Section):
     shots: int = Field(ge=1, description="training shots per class")
     val_shots: int = Field(ge=0, description="validation shots per class: min(shots, val_shots) (CoOp: 4)")
     verify: Literal["decode", "exists", "none"] = Field(
-        description="decode opens every image; exists checks files are there; none trusts the split")
+        description="decode decodes every image; exists reads each file's header (a dataset of one's own: also its "
+                    "end, so a cut file is caught, and its content is compared across splits); none opens no file")
     skip_bad: bool = Field(description="drop missing/corrupt images (listed next to the manifest) instead of failing")
     hash_content: bool = Field(description="record each image's sha256 in the manifest (reads every byte)")
     workers: int = Field(ge=1, description="parallel workers for image verification")
@@ -78,7 +68,7 @@ class Data(Section):
         from dear.data.custom import name_problem
 
         for name in custom:
-            problem = name_problem(name)
+            problem = name_problem(name, reserved=recipe_datasets())
             if problem:
                 raise ValueError(problem)
         return custom
@@ -90,6 +80,14 @@ class Data(Section):
         if repeated:
             raise ValueError(f"seed {repeated[0]} is listed twice; list each seed once")
         return seeds
+
+
+def recipe_datasets() -> set[str]:
+    """Every dataset name some recipe file has a layer for: a dataset of one's own may not take one (it would
+    silently get that dataset's recipe values)."""
+    from dear.methods.recipe import load
+
+    return {dataset for entry in REGISTRY.values() for dataset in load(entry.recipe).datasets}
 
 
 class CustomDataset(Section):

@@ -481,6 +481,11 @@ def _own_case(id: str, given: str, expect: list[str], damage: Callable[[Path], N
                 setup=_own(damage, declared, name))
 
 
+def _cut_in_half(image: Path) -> None:
+    data = image.read_bytes()
+    image.write_bytes(data[: len(data) // 2])
+
+
 _CSV = {"format": "csv", "path": "mine/images.csv"}
 _LABELS = {"format": "csv", "path": "mine/images.csv", "classnames": {0: "blue", 1: "green"}}
 
@@ -511,6 +516,19 @@ OWN_DATA = [
     _own_case("own-too-few-to-carve-val", "data.custom imagefolder: no val/ and a class with 2 training images",
               ["class 'red' has 2 training image(s), too few to carve", "or add a val/ split"],
               lambda f: [image.unlink() for image in sorted((f / "train/red").iterdir())[:2]]),
+    _own_case("own-same-content-two-splits", "data.custom imagefolder: a training image copied into test/ under "
+              "another name", ["mine/test/red/copy.png: the same bytes as mine/train/red/red_000.png", "delete one copy"],
+              lambda f: shutil.copyfile(f / "train/red/red_000.png", f / "test/red/copy.png")),
+    _own_case("own-truncated-image", "data.custom imagefolder: the first half of a PNG (header intact; "
+              "data.verify: exists)", ["mine/test/green/green_001.png: unreadable (image file is truncated",
+                                       "data.skip_bad"], lambda f: _cut_in_half(f / "test/green/green_001.png")),
+    _own_case("own-class-without-test", "data.custom imagefolder: a class of train/ has no test/ folder",
+              ["mine/test/green: class 'green' has no test image", "move some of its images to mine/test/green/"],
+              lambda f: shutil.rmtree(f / "test/green")),
+    _own_case("own-csv-class-typo", "data.custom csv: a test row names class 'gren' (a typo of green)",
+              ["images.csv:16: class 'gren' has no training image", "a typo of 'green'?", "fix the class name"],
+              _csv_rows(lambda lines: [line.replace(",green,test", ",gren,test", 1) if number == 15 else line
+                                       for number, line in enumerate(lines)]), _CSV),
     _own_case("own-built-in-name", "data.custom names a dataset eurosat (it would get EuroSAT's recipe)",
               ["'eurosat' is a built-in dataset's name", "my_eurosat"], name="eurosat"),
     _own_case("own-unknown-format", "data.custom.mine.format: folder",
@@ -829,12 +847,20 @@ def _split_cells(line: str) -> list[str]:
 
 
 def main() -> None:
+    """Rerun every case and rewrite the page; with ids (or id prefixes) as arguments, rerun only those cases and keep
+    the other rows as the page has them."""
     import tempfile
 
+    only = sys.argv[1:]
+    kept = documented() if only else {}
     with tempfile.TemporaryDirectory() as folder:
         inputs = make_inputs(Path(folder) / "inputs")
         rows = []
         for case in CASES:
+            if only and not case.id.startswith(tuple(only)):
+                if case.id in kept:
+                    rows.append(kept[case.id])
+                continue
             try:
                 outcome = run_case(case, inputs, Path(folder) / "cases" / case.id)
             except pytest.skip.Exception as skipped:

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from PIL import Image
 from typer.testing import CliRunner
 
 from dear.cli import app
-from dear.data import custom, fewshot
+from dear.data import custom, datasets, fewshot
 from dear.data.manifest import read_manifest
 from dear.errors import DearError
 from dear.keys import reads
@@ -58,7 +59,13 @@ def tables(folder: Path) -> list:
                                                       "fewshot-seed2.parquet")]
 
 
-def test_imagefolder_and_its_csv_copy_give_identical_manifests_and_picks(in_tmp):
+@pytest.mark.parametrize("rows", ["walk order", "shuffled", "sorted by full path"])
+def test_imagefolder_and_its_csv_copy_give_identical_manifests_and_picks(in_tmp, rows):
+    """Whatever the CSV's row order: the canonical order (split, label, folder, file name) decides, not the file."""
+    lines = (in_tmp / "mine/images.csv").read_text().splitlines()
+    body = {"walk order": lines[1:], "shuffled": random.Random(3).sample(lines[1:], len(lines) - 1),
+            "sorted by full path": sorted(lines[1:])}[rows]
+    (in_tmp / "mine/images.csv").write_text("\n".join([lines[0], *body]) + "\n")
     ok(prepare(in_tmp, "mine", mine=FOLDER, mine_csv=CSV))
     ok(prepare(in_tmp, "mine_csv", mine=FOLDER, mine_csv=CSV))
     for ours, theirs in zip(tables(in_tmp / "data/mine"), tables(in_tmp / "data/mine_csv")):
@@ -107,9 +114,18 @@ def test_the_carved_validation_split_is_dasslss_and_few_shot_picks_follow_it(in_
     assert [row["path"] for row in picks] == expect
 
 
+def other_images(source: Path, target: Path) -> None:
+    """`source`'s folders and file names in `target`, each image mirrored: the same layout, other bytes."""
+    for image in sorted(source.rglob("*.png")):
+        copy = target / image.relative_to(source)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        with Image.open(image) as opened:
+            opened.transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(copy)
+
+
 @pytest.mark.parametrize("folder", ["val", "validation"])
 def test_a_val_folder_is_used_as_given(in_tmp, folder):
-    shutil.copytree(in_tmp / "mine/test", in_tmp / f"mine/{folder}")
+    other_images(in_tmp / "mine/test", in_tmp / f"mine/{folder}")
     ok(prepare(in_tmp))
     manifest = read_manifest(in_tmp / "data/mine").to_pylist()
     assert all(f"/{folder}/" in row["path"] for row in manifest if row["split"] == "val")
@@ -136,21 +152,27 @@ def test_without_base_classes_the_halves_are_coops():
 
 
 def test_coop_json_at_any_path_and_csv_labels_with_names(in_tmp):
-    manifest = read_manifest(prepare_ok(in_tmp, "mine"))
-    rows = manifest.to_pylist()
-    split = {s: [[str(Path(r["path"]).relative_to("mine")), r["label"], r["classname"]] for r in rows
-                 if r["split"] == s] for s in ("train", "val", "test")}
+    """The same files declared as a folder, as a split JSON elsewhere and as a CSV of integer labels named by
+    `classnames`, their rows shuffled: one manifest and the same few-shot picks (the canonical order)."""
+    folder = prepare_ok(in_tmp, "mine")
+    manifest = read_manifest(folder)
+    rows = [row for row in manifest.to_pylist()]
+    declared = {"train": "train", "val": "train", "test": "test"}  # val was carved from train/: declared train
+    shuffled = random.Random(7).sample(rows, len(rows))
+    split = {s: [[str(Path(r["path"]).relative_to("mine")), r["label"], r["classname"].replace(" ", "_")]
+                 for r in shuffled if declared[r["split"]] == s] for s in ("train", "test")}
     (in_tmp / "splits").mkdir()
     (in_tmp / "splits/my_split.json").write_text(json.dumps(split))
     names = dict(zip(manifest["label"].to_pylist(), manifest["classname"].to_pylist()))
     with open(in_tmp / "mine/labels.csv", "w") as handle:
-        handle.write("path,label,split\n" + "".join(f"{Path(r['path']).relative_to('mine')},{r['label']},{r['split']}\n"
-                                                    for r in rows))
+        handle.write("path,label,split\n" + "".join(f"{Path(r['path']).relative_to('mine')},{r['label']},"
+                                                    f"{declared[r['split']]}\n" for r in shuffled))
     declared = {"mine": FOLDER, "mine_json": {"format": "coop-json", "path": "splits/my_split.json", "images": "mine"},
                 "mine_labels": {"format": "csv", "path": "mine/labels.csv", "classnames": names}}
     for name in ("mine_json", "mine_labels"):
         ok(prepare(in_tmp, name, **declared))
-        assert read_manifest(in_tmp / f"data/{name}").equals(manifest)
+        for ours, theirs in zip(tables(folder), tables(in_tmp / f"data/{name}")):
+            assert ours.equals(theirs), name
 
 
 def prepare_ok(tmp_path: Path, name: str) -> Path:
@@ -215,7 +237,7 @@ def test_recipe_examples_are_the_datasets_own_base_classes(in_tmp):
 
 
 def test_custom_listing_checks_cost_no_images(in_tmp):
-    listing = custom.read("mine", load_params(params_file(in_tmp)).data.custom["mine"])
+    listing = datasets.read(custom.declaration("mine", load_params(params_file(in_tmp)).data.custom["mine"]))
     assert len(listing.paths) == 9 * len(CLASSES) and listing.base is None
     assert np.array_equal(np.unique(listing.labels), np.arange(len(CLASSES)))
 
@@ -291,3 +313,122 @@ def test_a_names_or_base_classes_file_is_read_by_its_content(in_tmp):
     after = reads(params, "prepare", dataset="mine")
     assert {key for key in before if before[key] != after[key]} == {"data.custom.mine.base_classes#sha256"}
     assert "data.custom.mine.classnames#sha256" not in reads(params, "train", "coop", "mine")
+
+
+# --- bad data beyond paths: content, truncation, classes without images, a row's typo --------------------------
+
+def failure(result) -> str:
+    """The one `error:` line of a clean failure (exit 1, nothing written)."""
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    return errors[0]
+
+
+def as_json(root: Path) -> dict:
+    """`root/split.json`: the images of images.csv as a CoOp split file (labels: sorted class names)."""
+    lines = [line.split(",") for line in (root / "images.csv").read_text().splitlines()[1:]]
+    classes = sorted({name for _, name, _ in lines})
+    split = {s: [[path, classes.index(name), name] for path, name, row_split in lines if row_split == s]
+             for s in ("train", "test")}
+    (root / "split.json").write_text(json.dumps(split))
+    return {"format": "coop-json", "path": "mine/split.json"}
+
+
+@pytest.mark.parametrize("form", ["imagefolder", "csv", "coop-json", "hashed"])
+def test_the_same_image_under_another_name_in_two_splits_is_refused(in_tmp, form):
+    shutil.copyfile(in_tmp / "mine/train/red/red_002.png", in_tmp / "mine/test/red/another_name.png")
+    csv_copy(in_tmp / "mine")
+    declared = {"imagefolder": FOLDER, "hashed": FOLDER, "csv": CSV, "coop-json": as_json(in_tmp / "mine")}[form]
+    params = params_file(in_tmp, mine=declared)
+    if form == "hashed":  # data.hash_content: every sha256 is known, the groups come from it
+        params.write_text(params.read_text().replace("hash_content: false", "hash_content: true"))
+    line = failure(prepare(in_tmp, params=params))
+    assert "mine/test/red/another_name.png" in line and "the same bytes as mine/train/red/red_002.png" in line
+    assert "in test and train" in line and "delete one copy" in line
+    assert not (in_tmp / "data/mine").exists()
+
+
+def test_copies_within_one_split_are_a_warning_and_nothing_is_read_with_verify_none(in_tmp):
+    shutil.copyfile(in_tmp / "mine/train/red/red_002.png", in_tmp / "mine/train/red/again.png")
+    result = prepare(in_tmp)
+    ok(result)
+    assert "1 image(s) repeat another of the same split byte for byte" in result.stderr
+    shutil.copyfile(in_tmp / "mine/train/red/red_002.png", in_tmp / "mine/test/red/again.png")
+    params = params_file(in_tmp)
+    params.write_text(params.read_text().replace("verify: exists", "verify: none"))
+    ok(prepare(in_tmp, params=params))  # verify none opens no file: no content is compared (documented)
+
+
+def test_built_in_splits_are_taken_as_published(tmp_path, monkeypatch):
+    """CoOp's splits are the reference every paper scores on: the fake ones repeat bytes across splits (an image's
+    content depends on its label and index only), and a truncated file passes `exists` as before."""
+    from fake_coop import make_fake_dataset
+
+    monkeypatch.chdir(tmp_path)
+    make_fake_dataset("data", "oxford_pets", n_classes=3, per_class=3)
+    params = write_params(tmp_path / "params.yaml", root="data", datasets=["oxford_pets"], workers=1)
+    ok(CliRunner().invoke(app, ["prepare", "--dataset", "oxford_pets", "--out", "out", "--params", str(params)]))
+
+
+@pytest.mark.parametrize("cut", ["half", "300 bytes"])
+def test_a_truncated_image_is_caught_by_the_default_check(in_tmp, cut):
+    """`data.verify: exists` reads each file's end for a dataset of one's own: a cut PNG or JPEG is refused before
+    training; a complete JPEG with bytes after its end (some cameras write them) passes."""
+    bad = in_tmp / "mine/test/green/green_001.png"
+    data = bad.read_bytes()
+    bad.write_bytes(data[: len(data) // 2] if cut == "half" else data[:300])
+    jpeg = in_tmp / "mine/train/blue/blue_000.png"
+    with Image.open(jpeg) as image:
+        image.save(jpeg.with_suffix(".jpg"), quality=90)
+    jpeg.unlink()
+    with open(jpeg.with_suffix(".jpg"), "ab") as handle:
+        handle.write(b"\0" * 64)
+    line = failure(prepare(in_tmp))
+    assert "mine/test/green/green_001.png: unreadable (image file is truncated" in line and "data.skip_bad" in line
+    bad.write_bytes(data)
+    ok(prepare(in_tmp))
+
+
+def test_a_class_without_test_images_is_refused(in_tmp):
+    shutil.rmtree(in_tmp / "mine/test/green")
+    line = failure(prepare(in_tmp))
+    assert "mine/test/green: class 'green' has no test image (its images: 6 train)" in line
+    assert "move some of its images to mine/test/green/" in line and "has no accuracy" in line
+
+
+def test_a_class_missing_from_a_given_val_split_is_a_warning(in_tmp):
+    other_images(in_tmp / "mine/test", in_tmp / "mine/val")
+    for name in ("green", "red"):
+        shutil.rmtree(in_tmp / f"mine/val/{name}")
+    result = prepare(in_tmp)
+    ok(result)
+    assert "2 class(es) have no image in the val split (e.g. 'green')" in result.stderr
+
+
+@pytest.mark.parametrize("split", ["test", "train"])
+def test_a_class_name_typo_in_a_csv_row_names_the_row(in_tmp, split):
+    lines = (in_tmp / "mine/images.csv").read_text().splitlines()
+    number = next(n for n, line in enumerate(lines, start=1) if line.endswith(f",green,{split}"))
+    lines[number - 1] = lines[number - 1].replace(",green,", ",gren,")
+    (in_tmp / "mine/images.csv").write_text("\n".join(lines) + "\n")
+    line = failure(prepare(in_tmp, mine=CSV))
+    missing = "training" if split == "test" else "test"
+    assert f"mine/images.csv:{number}: class 'gren' has no {missing} image (its images: 1 {split})" in line
+    assert "a typo of 'green'?" in line and "fix the class name in this row" in line
+
+
+def test_the_data_checks_benchmark_catches_what_it_times(tmp_path, capsys):
+    import sys
+    import types
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import data_checks
+
+    args = types.SimpleNamespace(images=6, files=60, planted=3, workers=1, repeat=1, dir=tmp_path)
+    data_checks.measure_verify(args)
+    data_checks.measure_duplicates(args)
+    printed = capsys.readouterr().out
+    assert "catches: half a JPEG, a JPEG without its last 5 bytes, 300 bytes of a PNG" in printed  # header + end
+    assert "catches: 300 bytes of a PNG" in printed  # PIL's verify() decodes no JPEG data
+    assert "found 3 groups of identical files, the planted ones: True" in printed

@@ -122,8 +122,9 @@ def check_images_exist(paths: list[str], source: str | Path, what: str = "image"
                         "run from the folder the paths are relative to, or restore them and rerun `dear prepare`")
 
 
-# What to do about an image that fails to decode after `dear prepare` passed it (data.verify: exists reads headers
-# only): skip_bad drops only what the check finds, so the check must decode.
+# What to do about an image that fails to decode after `dear prepare` passed it (data.verify: exists reads a built-in
+# dataset's headers only, and a file of one's own that ends whole may still be damaged inside): skip_bad drops only
+# what the check finds, so the check must decode.
 UNREADABLE_HINT = ("restore it, or set data.verify: decode and data.skip_bad: true and rerun `dear prepare`, "
                    "which then drops every unreadable image")
 

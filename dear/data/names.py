@@ -35,9 +35,9 @@ def _names(params, dataset: str):
     """(class names in label order, base mask or None) of `dataset`, or None."""
     try:
         if dataset in params.data.custom:
-            from dear.data import custom
+            from dear.data import custom, datasets
 
-            listing = custom.read(dataset, params.data.custom[dataset])
+            listing = datasets.read(custom.declaration(dataset, params.data.custom[dataset]))
             return listing.classnames, listing.base
         names = _world(params, dataset) if params.data.source == "embedded" else _coop(params, dataset)
     except (DearError, OSError, ValueError, KeyError, TypeError, IndexError):
@@ -63,10 +63,12 @@ def _coop(params, dataset: str) -> list[str] | None:
     path = spec.dataset_dir(Path(params.data.root)) / spec.split_file
     if not path.is_file():
         return None
-    if spec.reader is coop.read_split_json:
+    if spec.format == "coop-json":
         split = json.loads(path.read_text())
         names = {item[1]: item[2] for key in ("train", "val", "test") for item in split.get(key, [])}
         return [names[label] for label in sorted(names)]
     if spec.split_file == "classnames.txt":
-        return list(coop.read_classnames(path).values())
+        from dear.data.formats.coop_layouts import read_classnames
+
+        return list(read_classnames(path, spec.howto).values())
     return [line.strip() for line in path.read_text().splitlines() if line.strip()]  # variants.txt

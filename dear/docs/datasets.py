@@ -1,4 +1,4 @@
-"""The dataset table of docs/datasets.md, written from the readers' registry (`dear.data.coop.SPECS`)."""
+"""The dataset table of docs/datasets.md, written from the built-in declarations (`dear.data.coop.SPECS`)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,18 @@ from dear.docs.format import table
 
 
 def coop_datasets(root: Path) -> str:
-    """Every `--dataset` prepare knows: its folder, the file that defines it, its images, its classes."""
+    """Every built-in `--dataset` prepare knows: its folder, its format, the file that defines it, its images, its
+    classes."""
     from dear.data.coop import SPECS
 
     rows = []
     for name, spec in SPECS.items():
         images = f"`{spec.image_dir}/`" if spec.image_dir else "the folder itself"
         kind = "test only" if spec.test_only else ("validation from train" if spec.val_from_train else "")
-        rows.append([f"`{name}`", f"`{spec.split_file}`", images, str(spec.coop_classes or "—"), kind])
-    return table(["`--dataset` (folder)", "defines the classes and splits", "images", "classes (CoOp)", "note"], rows)
+        rows.append([f"`{name}`", f"`{spec.format}`", f"`{spec.split_file}`", images, str(spec.coop_classes or "—"),
+                     kind])
+    return table(["`--dataset` (folder)", "format", "defines the classes and splits", "images", "classes (CoOp)",
+                  "note"], rows)
 
 
 def text_bank(root: Path) -> str:

@@ -1,8 +1,10 @@
 """`dear prepare`: index one dataset into a manifest and few-shot tables.
 
 Reads `<data.root>/<dataset>/` in CoOp's layout (see `dear.data.coop`) or a
-dataset of one's own declared under `data.custom` (`dear.data.custom`), checks the images as
-`data.verify` asks, and writes into the output folder `manifest.parquet`,
+dataset of one's own declared under `data.custom` (`dear.data.custom`), both
+through `dear.data.datasets`, checks the images as `data.verify` asks (a
+dataset of one's own also for truncated files and, by content, for the same
+image in two splits: `dear.data.content`), and writes into the output folder `manifest.parquet`,
 `excluded.parquet` and one `fewshot-seed<S>.parquet` per seed in `data.seeds`
 (schemas in `dear.data.manifest`); a dataset of `study.few_shot` also gets one
 `fewshot-shots<K>-seed<S>.parquet` per shot count K and seed: Dassl's draw for
@@ -28,7 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dear.data import coop, fewshot, verify
+from dear.data import content, datasets, fewshot, verify
+from dear.data.declaration import Declaration
+from dear.data.listing import Listing
 from dear.data.manifest import (EXCLUDED_SCHEMA, FEWSHOT_SCHEMA, MANIFEST_SCHEMA, SPLITS, SUBSETS,
                                 excluded_path, fewshot_path, manifest_path)
 from dear.errors import DearError
@@ -52,17 +56,21 @@ class Outputs:
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     data = params.data
-    spec, listing = coop.read_dataset(inputs.dataset, data.root, data.custom)
+    spec, listing = datasets.read_dataset(inputs.dataset, data.root, data.custom)
     _warn_class_count(inputs.dataset, spec, listing)
-    check = verify.check_images(listing.paths, data.verify, data.hash_content, data.workers, inputs.dataset)
+    check = verify.check_images(listing.paths, data.verify, data.hash_content, data.workers, inputs.dataset,
+                                ends=spec.check_content)
     if check.reasons and not data.skip_bad:
         raise DearError(f"{inputs.dataset}: {verify.describe_bad(listing.paths, check.reasons, data.max_listed)}; "
                         "restore or re-download them, or set data.skip_bad: true to drop them")
+    if spec.check_content and data.verify != "none":  # verify none reads no file, so no content is compared
+        content.refuse_copies(inputs.dataset, listing,
+                              content.identical_groups(listing.paths, check, data.workers), data.max_listed)
     counts = few_shot_counts(params, inputs.dataset)
     manifest, tables = decoded_draw(inputs.dataset, spec, listing, check, data, counts)
     excluded = excluded_table(listing, check)
 
-    record = provenance(data, {"split_file": listing.source, "dataset_dir": spec.dataset_dir(Path(data.root)),
+    record = provenance(data, {"split_file": listing.source, "dataset_dir": spec.dataset_dir,
                                **_declared_files(data.custom.get(inputs.dataset))})
     with output_folder(outputs.folder, Outputs.FILES) as folder:
         write_parquet(excluded_path(folder), excluded, EXCLUDED_SCHEMA, record)
@@ -89,7 +97,7 @@ def _declared_files(entry) -> dict[str, str]:
             if isinstance(value, str)}
 
 
-def decoded_draw(name: str, spec: coop.DatasetSpec, listing: coop.Listing, check: verify.ImageCheck,
+def decoded_draw(name: str, spec: Declaration, listing: Listing, check: verify.ImageCheck,
                  data, counts: list[int] = ()) -> tuple[pa.Table, dict[tuple[int, int | None], pa.Table]]:
     """The manifest and the few-shot tables, every picked image decoded: {(seed, None): data.shots' table,
     (seed, K): the table of each shot count K of `counts`}.
@@ -122,7 +130,7 @@ def decoded_draw(name: str, spec: coop.DatasetSpec, listing: coop.Listing, check
         check.reasons.update(bad)
 
 
-def manifest_table(listing: coop.Listing, check: verify.ImageCheck, keep: np.ndarray) -> pa.Table:
+def manifest_table(listing: Listing, check: verify.ImageCheck, keep: np.ndarray) -> pa.Table:
     """One row per kept image, in listing order (train, val, test; split-file order inside)."""
     labels = listing.labels[keep]                                    # [M]
     is_novel, subset_label = fewshot.base_novel(len(listing.classnames), listing.base)
@@ -147,7 +155,7 @@ def _kept(column: pa.Array, keep: np.ndarray) -> pa.Array:
     return column if keep.all() else column.filter(pa.array(keep))
 
 
-def excluded_table(listing: coop.Listing, check: verify.ImageCheck) -> pa.Table:
+def excluded_table(listing: Listing, check: verify.ImageCheck) -> pa.Table:
     rows = check.bad_rows
     return pa.table({
         "path": pa.array([listing.paths[row] for row in rows], pa.string()),
@@ -157,7 +165,7 @@ def excluded_table(listing: coop.Listing, check: verify.ImageCheck) -> pa.Table:
     })
 
 
-def fewshot_table(manifest: pa.Table, spec: coop.DatasetSpec, shots: int, val_shots: int, seed: int) -> pa.Table:
+def fewshot_table(manifest: pa.Table, spec: Declaration, shots: int, val_shots: int, seed: int) -> pa.Table:
     """The manifest rows Dassl would pick for `seed`: training shots, then validation shots.
 
     Test-only sets (domain shift) get an empty table with the same schema, so
@@ -182,14 +190,14 @@ def _split_codes(manifest: pa.Table) -> np.ndarray:
     return codes[column.indices.to_numpy(zero_copy_only=False)]
 
 
-def _warn_class_count(name: str, spec: coop.DatasetSpec, listing: coop.Listing) -> None:
+def _warn_class_count(name: str, spec: Declaration, listing: Listing) -> None:
     n_classes = len(listing.classnames)
     if spec.coop_classes is not None and n_classes != spec.coop_classes:
         log.warning("%s: %d classes, CoOp's copy has %d; fine for a subset, otherwise check %s",
                     name, n_classes, spec.coop_classes, listing.source)
 
 
-def _check_classes_kept(name: str, spec: coop.DatasetSpec, listing: coop.Listing, keep: np.ndarray) -> None:
+def _check_classes_kept(name: str, spec: Declaration, listing: Listing, keep: np.ndarray) -> None:
     """Every class keeps an image where its shots are drawn from (train; test for test-only sets).
 
     An empty class would silently get no shots; dropping one would renumber

@@ -1,39 +1,28 @@
-"""Readers of datasets of one's own (`data.custom`): one module per format, behind one registry.
+"""Dataset formats: one module per format, behind one registry, read the same way for every dataset.
 
-A reader turns a declaration (`dear.params.CustomDataset`) into `Found`: one
-path, class key and split per image, in a fixed order, without opening an
-image. Everything the formats share (class names, label order, the validation
-split carved from train, base classes, a file listed twice) is done once, by
-`dear.data.custom`, so a reader only walks its layout and names what is wrong
-with it. The next format is one module with a `read(name, entry) -> Found`,
-listed in `READERS`.
+A reader turns a `Declaration` (`dear.data.declaration`) into `Found`: one
+path, class key and split per image, in the format's order, without opening
+an image. Everything the formats share (labels, class names, the canonical
+order, the validation split carved from train, base classes, classes
+without training or test images, a file listed twice) is done once, by
+`dear.data.listing`, so a reader only walks its layout and names what is
+wrong with it. The next format is one module with a `read(declaration) ->
+Found`, listed in `READERS`.
+
+`READERS` are the formats a dataset of one's own declares (`data.custom`);
+`FORMATS` adds the layouts of CoOp's datasets that have no split JSON
+(ImageNet and its domain-shift sets, FGVC-Aircraft), which only the built-in
+declarations use. CoOp's split JSON is `coop-json` for both.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
+from dear.data.formats import coop_json, coop_layouts, csvfile, imagefolder
+from dear.data.found import Found  # noqa: F401 (what every reader returns)
 
-@dataclass
-class Found:
-    """What a reader found, as parallel columns (no image is opened)."""
-
-    paths: list[str]            # [N] image paths, normalized (os.path.normpath)
-    keys: list[str]             # [N] class key of each image: folder name, CSV class name or label as text
-    splits: list[str]           # [N] train | val | test
-    source: Path                # the folder or file that defines the dataset (recorded in provenance)
-    order: list[str] | None = None  # class keys in label order where the format numbers classes; None: sorted keys
-    names: dict[str, str] | None = None  # numbered classes: label -> the format's name (may be empty);
-    #                                      None: the keys are the names
-    rows: list[str] | None = None  # [N] where each image is declared ("file:line"); None: its path says it
-
-
-def _readers() -> dict[str, Callable]:
-    from dear.data.formats import coop_json, csvfile, imagefolder
-
-    return {"imagefolder": imagefolder.read, "csv": csvfile.read, "coop-json": coop_json.read}
-
-
-READERS: dict[str, Callable] = _readers()
+READERS: dict[str, Callable] = {"imagefolder": imagefolder.read, "csv": csvfile.read, "coop-json": coop_json.read}
+FORMATS: dict[str, Callable] = {
+    **READERS, "coop-imagenet": coop_layouts.read_imagenet, "coop-imagenet-v2": coop_layouts.read_imagenet_v2,
+    "coop-imagenet-subset": coop_layouts.read_imagenet_subset, "coop-fgvc": coop_layouts.read_fgvc_aircraft}

@@ -4,8 +4,10 @@ Columns (a header row names them; others are ignored): `path`, and `label`
 (an integer 0..n-1, named by `classnames`) or `classname` (the class key:
 classes then sorted by it, as ImageFolder sorts folders), and `split` (train,
 val or test) unless `splits` names one file per split (relative to `path`).
-Rows keep the file's order. A row whose image is missing, whose split or label
-is not one of the above, or whose label has no class name is one error naming
+The rows' order does not matter: `dear.data.listing` sorts them (the
+canonical order). A row whose image is missing, whose split or label is not
+one of the above, whose label has no class name, or whose class has no
+training or no test image (a typo of a class name) is one error naming
 `file:line`.
 """
 
@@ -15,25 +17,25 @@ import csv
 import os
 from pathlib import Path
 
-from dear.data.formats import Found
+from dear.data.found import Found
 from dear.errors import DearError
 
 SPLITS = ("train", "val", "test")
 
 
-def read(name: str, entry) -> Found:
-    key = f"data.custom.{name}"
-    path = os.path.normpath(entry.path)
-    if entry.splits:
+def read(declaration) -> Found:
+    key = declaration.key
+    path = os.path.normpath(declaration.path)
+    if declaration.splits:
         if not os.path.isdir(path):
             raise DearError(f"{path}: {key}.path: folder not found; with {key}.splits it is the folder the split "
                             "files are in")
-        files = [(os.path.join(path, file), split) for split, file in sorted(entry.splits.items(),
+        files = [(os.path.join(path, file), split) for split, file in sorted(declaration.splits.items(),
                                                                              key=lambda item: SPLITS.index(item[0]))]
         source = Path(path)
     else:
         files, source = [(path, None)], Path(path)
-    found = Found(paths=[], keys=[], splits=[], source=source, rows=[])
+    found = Found(paths=[], keys=[], splits=[], source=source, rows=[], listed=True)
     labelled = set()
     for file, split in files:
         labelled.add(_read_file(file, split, found, key))

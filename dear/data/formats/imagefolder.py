@@ -7,7 +7,8 @@ image extension, found recursively in sorted order; hidden entries (".name")
 are skipped. Files of other extensions are skipped with a warning (torchvision
 skips them silently). An empty class folder, a class of val/ or test/ that
 train/ lacks, and a missing test/ are errors: a study never scores training
-images.
+images (a class of train/ without a test/ folder is refused by
+`dear.data.listing`, which every format shares).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 import os
 from pathlib import Path
 
-from dear.data.formats import Found
+from dear.data.found import Found
 from dear.errors import DearError
 
 log = logging.getLogger("dear.prepare")
@@ -27,18 +28,19 @@ DEFAULT_SPLITS = {"train": "train", "val": "val", "test": "test"}
 VAL_NAMES = ("val", "validation", "valid")  # without `splits.val`, the first of these that exists is the val split
 
 
-def read(name: str, entry) -> Found:
-    root = os.path.normpath(entry.path)
-    key = f"data.custom.{name}"
+def read(declaration) -> Found:
+    root = os.path.normpath(declaration.path)
+    key = declaration.key
     if not os.path.isdir(root):
         raise DearError(f"{root}: {key}.path: folder not found; point it to the folder holding train/ and test/ "
                         "(docs/your-data.md)")
-    folders = {**DEFAULT_SPLITS, **_validation_folder(root), **(entry.splits or {})}
+    folders = {**DEFAULT_SPLITS, **_validation_folder(root), **(declaration.splits or {})}
     for split in ("train", "test"):
         if not os.path.isdir(os.path.join(root, folders[split])):
             raise DearError(_missing(root, split, folders[split], key))
     skipped: list[str] = []
-    found = Found(paths=[], keys=[], splits=[], source=Path(root))
+    found = Found(paths=[], keys=[], splits=[], source=Path(root),
+                  split_dirs={split: os.path.join(root, folder) for split, folder in folders.items()})
     classes: list[str] = []
     for split in ("train", "val", "test"):
         split_dir = os.path.join(root, folders[split])
@@ -65,7 +67,7 @@ def read(name: str, entry) -> Found:
             found.splits.extend([split] * len(images))
     if skipped:
         log.warning("%s: skipped %d file(s) that are hidden or not images (torchvision's ImageFolder skips them too), "
-                    "e.g. %s", name, len(skipped), skipped[0])
+                    "e.g. %s", declaration.name, len(skipped), skipped[0])
     return found
 
 
