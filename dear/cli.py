@@ -720,9 +720,9 @@ def new_method(
     name: str = typer.Argument(..., help="the method's name (in study.methods) and its package's"),
     out: Optional[Path] = typer.Option(None, help="the package's new folder (default: ./NAME)"),
 ) -> None:
-    """Write the package of a method of your own: its module, recipe, entry point and a test (docs/your-method.md).
+    """Write the package of a method of your own.
 
-    As written it is zero-shot CLIP with nothing learnable and passes its test; fill in its hooks, then
+    Its module, recipe, entry point and a test (docs/your-method.md). As written it is zero-shot CLIP with nothing learnable and passes its test; fill in its hooks, then
     `pip install -e FOLDER` and name it in study.methods."""
     from dear import scaffold
 

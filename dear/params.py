@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from dear import strict_yaml
 from dear.errors import DearError
+from dear.methods import REGISTRY
 from dear.methods import entry as method_entry
 from dear.methods.recipe import problems as recipe_problems
 from dear.methods.recipe import resolve

@@ -29,12 +29,16 @@ def test_the_smoke_config_is_written_from_params_yaml():
 
 def test_the_smoke_study_runs_the_demo_s_methods_and_every_protocol():
     smoke, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (PATH, "params.yaml"))
-    assert smoke["study"]["methods"] == ["zeroshot", "linear_probe", *demo["study"]["methods"][1:]]  # and lpclip
-    depths = {("maple", "prompt_depth"), ("promptsrc", "vision_depth"), ("promptsrc", "text_depth")}  # tiny's 2 layers
+    from dear.docs.smoke import EXTRA_METHODS
+
+    assert smoke["study"]["methods"] == ["zeroshot", *EXTRA_METHODS, *demo["study"]["methods"][1:]]  # and lpclip
+    from dear.docs.smoke import SMOKE
+
+    sized = [key.split(".")[2:] for key in SMOKE if key.startswith("train.recipes.")]  # the tiny towers' depths, ...
     for recipe in (smoke, demo):
-        for method, key in depths:
-            del recipe["train"]["recipes"][method][key]
-    assert smoke["train"] == demo["train"]  # but for the prompt depths the tiny backbone holds
+        for method, key in sized:
+            recipe["train"]["recipes"][method].pop(key, None)
+    assert smoke["train"] == demo["train"]  # but for the values sized for the tiny backbone (SMOKE)
     transfer = smoke["study"]["transfer"]
     assert smoke["study"]["base_to_novel"] and transfer["cross_dataset"] and transfer["domain_generalization"]
     assert smoke["model"]["arch"] == "dear-world-tiny" and smoke["output_root"] != demo["output_root"]
@@ -47,13 +51,13 @@ def test_the_smoke_study_covers_few_shot_learning_at_two_shot_counts():
 
 
 def test_the_demo_s_few_shot_config_is_the_demo_with_its_protocol_alone_and_make_demo_fewshot_runs_it():
-    from dear.docs.smoke import DEMO_FEWSHOT_PATH, demo_fewshot_text
+    from dear.docs.smoke import DEMO_FEWSHOT_PATH, EXTRA_METHODS, demo_fewshot_text
 
     assert (ROOT / DEMO_FEWSHOT_PATH).read_text() == demo_fewshot_text(ROOT), "stale: run `python -m dear.docs`"
     few, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (DEMO_FEWSHOT_PATH, "params.yaml"))
     for section in ("world", "backbone", "model", "train", "profile"):  # the demo's world and backbone
         assert few[section] == demo[section], section
-    lpclip = ["zeroshot", "linear_probe", *demo["study"]["methods"][1:]]  # the demo's methods and the linear probe
+    lpclip = ["zeroshot", *EXTRA_METHODS, *demo["study"]["methods"][1:]]  # the demo's methods, the linear probe, ...
     assert few["study"]["methods"] == lpclip and few["report"] == {**demo["report"], "methods": lpclip}
     assert few["data"]["seeds"] == [1]
     assert few["study"]["few_shot"] == {"datasets": ["world_objects_sketch"], "shots": [1, 4, 16]}
