@@ -29,11 +29,15 @@ def test_the_smoke_config_is_written_from_params_yaml():
 
 def test_the_smoke_study_runs_the_demo_s_methods_and_every_protocol():
     smoke, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (PATH, "params.yaml"))
-    assert smoke["study"]["methods"] == ["zeroshot", "linear_probe", *demo["study"]["methods"][1:]]  # and lpclip
-    depths = {("maple", "prompt_depth"), ("promptsrc", "vision_depth"), ("promptsrc", "text_depth")}  # tiny's 2 layers
+    methods = ["zeroshot", "linear_probe", *demo["study"]["methods"][1:]]  # and lpclip, and the 2026 table's two
+    methods[methods.index("mmrl") + 1:methods.index("mmrl") + 1] = ["mmrlpp", "tac"]
+    assert smoke["study"]["methods"] == methods
+    depths = {("maple", "prompt_depth"), ("promptsrc", "vision_depth"), ("promptsrc", "text_depth"),
+              ("tac", "vision_depth"), ("tac", "text_depth")}  # tiny's 2 layers
     for recipe in (smoke, demo):
         for method, key in depths:
             del recipe["train"]["recipes"][method][key]
+    del smoke["train"]["recipes"]["tac"]["transfer"]["n_ctx"]  # the demo keeps TAC's 10: 24 positions hold 5 here
     assert smoke["train"] == demo["train"]  # but for the prompt depths the tiny backbone holds
     transfer = smoke["study"]["transfer"]
     assert smoke["study"]["base_to_novel"] and transfer["cross_dataset"] and transfer["domain_generalization"]
@@ -63,6 +67,22 @@ def test_the_demo_s_few_shot_config_is_the_demo_with_its_protocol_alone_and_make
     makefile = (ROOT / "Makefile").read_text()
     assert f"--configfile {DEMO_FEWSHOT_PATH}" in makefile.partition("\ndemo-fewshot:")[2].partition("\n\n")[0]
     assert "make demo-fewshot" in (ROOT / "README.md").read_text()
+
+
+def test_the_2026_demo_config_is_the_demo_with_mmrlpp_and_tac_beside_mmrl_and_make_demo_2026_runs_it():
+    from dear.docs.smoke import DEMO_2026_PATH, demo_2026_text
+
+    assert (ROOT / DEMO_2026_PATH).read_text() == demo_2026_text(ROOT), "stale: run `python -m dear.docs`"
+    new, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (DEMO_2026_PATH, "params.yaml"))
+    methods = list(demo["study"]["methods"])
+    methods[methods.index("mmrl") + 1:methods.index("mmrl") + 1] = ["mmrlpp", "tac"]
+    assert new["study"] == {**demo["study"], "methods": methods} and new["report"] == {**demo["report"], "methods": methods}
+    for section in ("world", "backbone", "model", "train", "profile", "evaluate"):  # the demo's, recipes included
+        assert new[section] == demo[section], section
+    assert new["output_root"] == "demo-2026" and check_file(ROOT / DEMO_2026_PATH)[1] == []
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"--configfile {DEMO_2026_PATH}" in makefile.partition("\ndemo-2026:")[2].partition("\n\n")[0]
+    assert "make demo-2026" in (ROOT / "README.md").read_text()
 
 
 def test_every_config_s_output_root_but_the_demo_s_is_git_ignored():
