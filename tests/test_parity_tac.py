@@ -360,3 +360,24 @@ def test_dear_train_clusters_the_base_classes_and_evaluate_scores_novel_ones_wit
 
     metrics = json.loads((tmp_path / "eval/metrics.json").read_text())
     assert set(metrics["base_to_novel"]["world_objects"]) == {"base", "novel", "hm"}
+
+
+def test_fp16_keeps_the_prompts_in_fp32_and_the_context_and_cluster_projections_in_half(batch):
+    """Theirs under PREC fp16: ctx from the fp16 token embedding and VPT_topk_t/v (`.half()`) are half, the
+    VPT and VPT_shallow prompts fp32 cast to half where they enter. Run on the CPU with the CUDA path forced."""
+    from dear.device import Precision
+
+    images, labels = batch
+    clip = tiny_clip(seed=3, text_width=32)
+    model = create("tac", Backbone(clip), recipe("tac", demo=False, **TINY))
+    precision = Precision("fp16", torch.device("cpu"))
+    precision.active = True
+    precision.prepare(model)
+    halves = [model.context, *model.cluster_text.parameters(), *model.cluster_image.parameters()]
+    assert all(p.dtype == torch.float16 for p in halves)
+    assert model.vision_prompts.dtype == torch.float32 and model.text_prompts.dtype == torch.float32
+    step = model.step(model.image_prefix(images), labels, BASE)
+    step.total.backward()
+    assert model.context.grad.dtype == torch.float16 and model.vision_prompts.grad.dtype == torch.float32
+    assert all(torch.isfinite(p.grad).all() for p in [*halves, model.vision_prompts, model.text_prompts])
+    assert model.descriptions(BASE).dtype == torch.float32  # their fixed_embeddings: an fp32 CLIP's
