@@ -16,6 +16,8 @@ memory and the memory the step adds on top of the loaded model.
     python benchmarks/train_step.py                       # ViT-B-16, batch 4, CPU
     python benchmarks/train_step.py --arch dear-world --batch 8 --classes 10,100,1000
     python benchmarks/train_step.py --arch dear-world --methods dear,coop,maple --set maple.prompt_depth=3
+    python benchmarks/train_step.py --methods mmrl,mmrlpp,tac --classes 100 --set tac.vision_depth=12 \
+        --set tac.text_depth=12                           # the 2026 methods at their authors' layers, ViT-B-16
 """
 
 from __future__ import annotations
@@ -97,8 +99,9 @@ def backbone(arch: str):
     return open_clip.create_model(arch, pretrained=None), open_clip.get_tokenizer(arch)
 
 
-METHODS = ("dear", "dear_nomask", "coop", "cocoop", "kgcoop", "maple", "promptsrc", "tip_adapter_f",
-           "clip_lora")  # CoOp: the baseline
+# CoOp: the baseline (TAC's first step also clusters the classes: the warm-up step, untimed)
+METHODS = ("dear", "dear_nomask", "coop", "cocoop", "kgcoop", "maple", "promptsrc", "mmrl", "mmrlpp", "tac",
+           "tip_adapter_f", "clip_lora")
 CACHE_SHOTS = 16  # Tip-Adapter-F's cache in the benchmark: 16 shots of every class
 
 

@@ -7,17 +7,25 @@ from here and nothing else of `dear`, so a release of `dear` that keeps
 
 - `MethodModel`, `Step`: the base class and its hooks (`build`,
   `compute_text_features`, `encode`, `frozen_depth`, `step`, `output`,
-  `stream_names`, `alpha`, `can_score`, `on_epoch_end`, `extra_state`,
-  `load_extra_state`, `half_parameters`; `fit` with `fits_features`;
-  `init_passes` with `init_from_passes`; `search_validation` with
-  `searches_validation`), and a training step's loss. `cross_entropy`, `check_layer`: the loss every
-  method's CE is, and the one-line error for a layer outside the tower.
+  `stream_names`, `alpha`, `can_score`, `on_epoch_end`, `for_dataset` with
+  `forget_text`, `extra_state`, `load_extra_state`, `half_parameters`; `fit`
+  with `fits_features`; `init_passes` with `init_from_passes`;
+  `search_validation` with `searches_validation`), and a training step's
+  loss. `cross_entropy`, `check_layer`: the loss every method's CE is, and
+  the one-line error for a layer outside the tower.
 - `towers`: running the text and image towers with prompts or tokens
-  inserted (`text_input`, `with_positions`, `prompt_embeddings`, `run_text`,
-  `run_image`, `encode_texts`); `prompts`: the prompt forms (`hand_written`,
-  `context`, `classname`); `internals`: the open_clip internals (blocks,
-  embeddings, projections, logit scale, `LowRankQKV` and `low_rank_qkv`: LoRA
-  on the attention projections), the one module that touches them.
+  inserted (`text_input`, `with_positions`, `prompt_embeddings`, `run_text`
+  with an optional `compose`, `run_image`, `encode_texts`,
+  `template_features`); `prompts`: the prompt forms (`hand_written`,
+  `context`, `with_clusters`, `classname`); `internals`: the open_clip
+  internals (blocks, embeddings, projections, logit scale, `LowRankQKV` and
+  `low_rank_qkv`: LoRA on the attention projections), the one module that
+  touches them.
+- `representation`: the representation-token block (`RepresentationTokens`:
+  MMRL's model, with hooks for its aligners, its projection and the
+  composition of a layer's tokens with the previous layer's; `copies`,
+  `one_minus_cos`); `averaging`: a weighted sum of the learnable tensors over
+  epochs (`EpochAverage`, `gaussian_weights`: PromptSRC's GPA, TAC's mean).
 - `Recipe`, `Key`, `PROTOCOLS`, `KINDS`: a resolved recipe (what `build`
   and `step` read: `self.recipe.lr`, `self.recipe.get("template")`) and the
   recipe file's schema (a key's type vocabulary, the protocols, the kinds of
@@ -42,22 +50,25 @@ from dear.methods.recipe import KINDS, PROTOCOLS, Key, Recipe
 VERSION = CONTRACT_VERSION  # the contract's version: a plugin states the one it was written for (Method.contract)
 
 if TYPE_CHECKING:  # for readers and type checkers; loaded lazily below
-    from dear.methods import prompts, towers
+    from dear.methods import prompts, representation, towers
     from dear.methods.base import MethodModel, Step, check_layer, cross_entropy
     from dear.model import internals
+    from dear.train import averaging
 
 __all__ = ["VERSION", "Method", "MethodModel", "Step", "cross_entropy", "check_layer", "towers", "prompts",
-           "internals", "Recipe", "Key", "PROTOCOLS", "KINDS", "DearError"]
+           "internals", "representation", "averaging", "Recipe", "Key", "PROTOCOLS", "KINDS", "DearError"]
 
 
 def __getattr__(name: str) -> Any:
-    """The torch-heavy names, imported when first asked for."""
+    """The torch-heavy names, imported when first asked for. Each module is named by a constant: the job code
+    fingerprints (dear.codegraph) follow a plugin's `from dear.contract import towers` to the module it runs."""
     if name in ("MethodModel", "Step", "cross_entropy", "check_layer"):
         return getattr(importlib.import_module("dear.methods.base"), name)
-    if name == "towers":
-        return importlib.import_module("dear.methods.towers")
-    if name == "prompts":
-        return importlib.import_module("dear.methods.prompts")
-    if name == "internals":
-        return importlib.import_module("dear.model.internals")
+    modules = {"towers": lambda: importlib.import_module("dear.methods.towers"),
+               "prompts": lambda: importlib.import_module("dear.methods.prompts"),
+               "internals": lambda: importlib.import_module("dear.model.internals"),
+               "representation": lambda: importlib.import_module("dear.methods.representation"),
+               "averaging": lambda: importlib.import_module("dear.train.averaging")}
+    if name in modules:
+        return modules[name]()
     raise AttributeError(f"module 'dear.contract' has no attribute {name!r}")

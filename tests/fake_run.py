@@ -105,6 +105,7 @@ def tiny_depths(train: dict) -> dict:
     recipes = train.setdefault("recipes", {})
     recipes["maple"] = {**(recipes.get("maple") or {}), "prompt_depth": 2}
     recipes["promptsrc"] = {**(recipes.get("promptsrc") or {}), "vision_depth": 2, "text_depth": 2}
+    recipes["tac"] = {**(recipes.get("tac") or {}), "vision_depth": 2, "text_depth": 2}
     return train
 
 

@@ -13,7 +13,8 @@ def _script(name: str):
     return module
 
 
-TINY_DEPTHS = ["maple.prompt_depth=2", "promptsrc.vision_depth=2", "promptsrc.text_depth=2"]  # dear-world-tiny's 2 layers
+TINY_DEPTHS = ["maple.prompt_depth=2", "promptsrc.vision_depth=2", "promptsrc.text_depth=2",  # dear-world-tiny's
+               "tac.vision_depth=2", "tac.text_depth=2"]  # 2 layers
 
 
 def test_the_training_step_benchmark_steps_every_method_it_compares():

@@ -107,7 +107,10 @@ def test_a_model_of_another_layout_runs_every_method_or_says_what_to_set(name, t
     expected = {"train.recipes.maple.prompt_depth: 9": f"set it in 1..{shallower}",
                 "train.recipes.promptsrc.vision_depth: 9": f"set it in 0..{depth['image']}",
                 "train.recipes.promptsrc.text_depth: 9": f"set it in 1..{depth['text']}",
-                "train.recipes.mmrl.start_layer: 6": f"set it in 1..{shallower}, or null"}
+                "train.recipes.mmrl.start_layer: 6": f"set it in 1..{shallower}, or null",
+                "train.recipes.mmrlpp.start_layer: 6": f"set it in 1..{shallower}, or null",
+                "train.recipes.tac.vision_depth: 12": f"set it in 1..{depth['image']}",
+                "train.recipes.tac.text_depth: 12": f"set it in 1..{depth['text']}"}
     if depth["image"] >= 9 and depth["text"] >= 9:
         expected = {}
     assert len(layer_lines) == len(expected), "\n".join(errors)
@@ -121,7 +124,8 @@ def test_a_model_of_another_layout_runs_every_method_or_says_what_to_set(name, t
     # set as told: every stage runs
     recipes = {"maple": {"prompt_depth": shallower}, "promptsrc": {"vision_depth": depth["image"] - 1,
                                                                    "text_depth": depth["text"]},
-               "mmrl": {"start_layer": None}}
+               "mmrl": {"start_layer": None}, "mmrlpp": {"start_layer": None},
+               "tac": {"vision_depth": depth["image"], "text_depth": depth["text"]}}
     params = _params(tmp_path, arch, weights, recipes)
     assert problems(params) == []
     data, roles, backbone = tmp_path / "data/oxford_pets", tmp_path / "roles", tmp_path / "backbone"
@@ -173,7 +177,8 @@ def test_the_layer_rules_of_check_and_recipe_are_the_methods_own(name, tmp_path)
     clip = create_model(str(arch), str(weights), quick_gelu=config["quick_gelu"])
     depth = {"image": config["vision_cfg"]["layers"], "text": config["text_cfg"]["layers"]}
     changes = {"maple": {"prompt_depth": 2}, "promptsrc": {"vision_depth": 1, "text_depth": 2},
-               "mmrl": {"start_layer": None}, "dear": {"start_layer": None, "text_start_layer": None}}
+               "mmrl": {"start_layer": None}, "mmrlpp": {"start_layer": None},
+               "tac": {"vision_depth": 2, "text_depth": 1}, "dear": {"start_layer": None, "text_start_layer": None}}
     image, text = depth["image"], depth["text"]
     built = {"maple": lambda m: {("prompt_depth", "image"): range(1, m.depth + 1),
                                  ("prompt_depth", "text"): range(1, m.depth + 1)},
@@ -181,6 +186,10 @@ def test_the_layer_rules_of_check_and_recipe_are_the_methods_own(name, tmp_path)
                                      ("text_depth", "text"): range(1, m.text_depth + 1)},
              "mmrl": lambda m: {("start_layer", "image"): range(m.start, image + 1),
                                 ("start_layer", "text"): range(m.text_start, text + 1)},
+             "mmrlpp": lambda m: {("start_layer", "image"): range(m.start, image + 1),
+                                  ("start_layer", "text"): range(m.text_start, text + 1)},
+             "tac": lambda m: {("vision_depth", "image"): range(1, m.vision_depth + 1),
+                               ("text_depth", "text"): range(1, m.text_depth + 1)},
              "dear": lambda m: {("start_layer", "image"): range(m.start, image + 1),
                                 ("text_start_layer", "text"): range(m.text_start, text + 1)}}
     roles = [HeadRole(image, 0, "mixed", None)]

@@ -29,15 +29,18 @@ def test_the_smoke_config_is_written_from_params_yaml():
 
 def test_the_smoke_study_runs_the_demo_s_methods_and_every_protocol():
     smoke, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (PATH, "params.yaml"))
-    from dear.docs.smoke import EXTRA_METHODS
+    from dear.docs.smoke import EXTRA_METHODS, METHODS_2026, SMOKE
 
-    assert smoke["study"]["methods"] == ["zeroshot", *EXTRA_METHODS, *demo["study"]["methods"][1:]]  # and lpclip
-    from dear.docs.smoke import SMOKE
-
+    methods = ["zeroshot", *EXTRA_METHODS, *demo["study"]["methods"][1:]]  # and lpclip, ..., and the 2026 table's two
+    methods[methods.index("mmrl") + 1:methods.index("mmrl") + 1] = list(METHODS_2026)
+    assert smoke["study"]["methods"] == methods
     sized = [key.split(".")[2:] for key in SMOKE if key.startswith("train.recipes.")]  # the tiny towers' depths, ...
     for recipe in (smoke, demo):
-        for method, key in sized:
-            recipe["train"]["recipes"][method].pop(key, None)
+        for method, *path in sized:
+            node = recipe["train"]["recipes"][method]
+            for part in path[:-1]:
+                node = node.get(part, {})
+            node.pop(path[-1], None)
     assert smoke["train"] == demo["train"]  # but for the values sized for the tiny backbone (SMOKE)
     transfer = smoke["study"]["transfer"]
     assert smoke["study"]["base_to_novel"] and transfer["cross_dataset"] and transfer["domain_generalization"]
@@ -67,6 +70,22 @@ def test_the_demo_s_few_shot_config_is_the_demo_with_its_protocol_alone_and_make
     makefile = (ROOT / "Makefile").read_text()
     assert f"--configfile {DEMO_FEWSHOT_PATH}" in makefile.partition("\ndemo-fewshot:")[2].partition("\n\n")[0]
     assert "make demo-fewshot" in (ROOT / "README.md").read_text()
+
+
+def test_the_2026_demo_config_is_the_demo_with_mmrlpp_and_tac_beside_mmrl_and_make_demo_2026_runs_it():
+    from dear.docs.smoke import DEMO_2026_PATH, demo_2026_text
+
+    assert (ROOT / DEMO_2026_PATH).read_text() == demo_2026_text(ROOT), "stale: run `python -m dear.docs`"
+    new, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (DEMO_2026_PATH, "params.yaml"))
+    methods = list(demo["study"]["methods"])
+    methods[methods.index("mmrl") + 1:methods.index("mmrl") + 1] = ["mmrlpp", "tac"]
+    assert new["study"] == {**demo["study"], "methods": methods} and new["report"] == {**demo["report"], "methods": methods}
+    for section in ("world", "backbone", "model", "train", "profile", "evaluate"):  # the demo's, recipes included
+        assert new[section] == demo[section], section
+    assert new["output_root"] == "demo-2026" and check_file(ROOT / DEMO_2026_PATH)[1] == []
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"--configfile {DEMO_2026_PATH}" in makefile.partition("\ndemo-2026:")[2].partition("\n\n")[0]
+    assert "make demo-2026" in (ROOT / "README.md").read_text()
 
 
 def test_every_config_s_output_root_but_the_demo_s_is_git_ignored():

@@ -1,4 +1,4 @@
-"""`dear train`: all five methods, resume after SIGKILL, NaN stop, full disk, bad input."""
+"""`dear train`: each method's run (zero-shot to DeAR, MMRL++ and TAC), resume after SIGKILL, NaN stop, full disk, bad input."""
 
 import math
 import os
@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from dear.cli import app
@@ -56,14 +57,19 @@ def reference(world, tmp_path_factory):
 
 
 @pytest.mark.parametrize("method,streams,steps", [("zeroshot", 1, 0), ("coop", 1, N_STEPS), ("mmrl", 2, N_STEPS),
+                                                   ("mmrlpp", 2, N_STEPS), ("tac", 1, N_STEPS),
                                                    ("dear_nomask", 6, N_STEPS)])
 def test_every_method_trains_and_loads(world, tmp_path, method, streams, steps):
     from dear.model.clip import load_backbone
     from dear.model.trained import load_trained
 
-    out = train(world, tmp_path / "run", method=method)
+    params = tmp_path / "params.yaml"  # TAC's prompt depths as the tiny backbone holds them (configs/smoke.yaml's)
+    raw = yaml.safe_load(world.params.read_text())
+    fake_run.tiny_depths(raw["train"])
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    out = train(world, tmp_path / "run", method=method, params=params)
     log = pq.read_table(out / "train_log.parquet")
-    model = load_trained(out / "model.pt", load_backbone(world.backbone), None, load_params(world.params))
+    model = load_trained(out / "model.pt", load_backbone(world.backbone), None, load_params(params))
     assert log.num_rows == steps and log.column_names == stage.train_log_schema(type(model).TERMS).names
     assert log["step"].to_pylist() == list(range(steps))
     with torch.no_grad():

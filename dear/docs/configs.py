@@ -126,6 +126,11 @@ def recipe_table(root: Path, method: str, source: str = "imagenet", demo_dataset
         moved = transfer.settings[key]
         if moved.value != resolve({}, method, source, "base_to_novel").settings[key].value:
             variants.append(f"transfer source: {_value(moved.value)} ({_file(moved.source)})")
+        scored = {ds: resolve({}, method, ds, "transfer").settings[key] for ds in spec.transfer_datasets if ds != source}
+        targets = {ds: s for ds, s in scored.items() if s.value != moved.value}
+        if targets:  # values a target is scored with (MMRL++'s BETA): `dear evaluate` hands the model its recipe there
+            variants.append("transfer targets: " + ", ".join(f"{ds} {_value(s.value)}" for ds, s in targets.items())
+                            + f" ({_file(next(iter(targets.values())).source)})")
         mine = demo.settings[key]
         rows.append([f"`{key}`", _value(setting.value), f"{setting.kind}: {_file(setting.source)}",
                      "; ".join(variants) or "—", _value(mine.value) if mine.differs or mine.kind == "ours" else "="])

@@ -2,7 +2,8 @@
 
 The smoke study runs every stage of every protocol of the demo, and few-shot
 learning (one dataset, two shot counts), with the demo's methods
-(`study.methods`) and linear_probe, Tip-Adapter-F and CLIP-LoRA (EXTRA_METHODS), and the demo's recipes, on the tiny world and
+(`study.methods`), linear_probe, Tip-Adapter-F and CLIP-LoRA (EXTRA_METHODS) and MMRL++ and TAC
+(METHODS_2026), and the demo's recipes, on the tiny world and
 backbone of the tests (`dear.data.world.tiny_params`): one seed, two shots,
 three datasets (one base-to-novel set that is also the transfer source, one
 cross-dataset target, one domain-shift target). Its report says at the top
@@ -47,11 +48,26 @@ SMOKE = {  # dotted key: the smoke study's value (the tiny world has 8 objects o
     "train.recipes.promptsrc.vision_depth": 2,
     "train.recipes.promptsrc.text_depth": 2,
     "train.recipes.clip_lora.iterations_per_shot": 10,  # 20 steps at the smoke's 2 shots: it only has to run
+    "train.recipes.tac.vision_depth": 2,
+    "train.recipes.tac.text_depth": 2,
+    "train.recipes.tac.transfer.n_ctx": 5,  # its 10 and 5 cluster tokens: a long class name overflows 24 positions
 }
 # run by the smoke and few-shot studies, not by the demo (its results stay as they are): the linear probe, and the
 # few-shot methods whose authors' code runs nothing else (Tip-Adapter-F, CLIP-LoRA; the smoke study runs them in
 # every protocol too, so that each trains and evaluates there)
 EXTRA_METHODS = ("linear_probe", "tip_adapter_f", "clip_lora")
+
+
+METHODS_2026 = ("mmrlpp", "tac")  # the 2026 table's prompt learners: the smoke study and make demo-2026, not the demo
+
+
+def with_2026_methods(raw: dict) -> dict:
+    """`raw` with METHODS_2026 in study.methods and report.methods, after mmrl (in place; returned)."""
+    for section in ("study", "report"):
+        methods = raw[section]["methods"]
+        at = methods.index("mmrl") + 1 if "mmrl" in methods else len(methods)
+        methods[at:at] = [name for name in METHODS_2026 if name not in methods]
+    return raw
 
 
 def with_extra_methods(raw: dict) -> dict:
@@ -76,7 +92,7 @@ HEADER = """\
 #   python workflow/scripts/dvc_study.py configs/smoke.yaml && dvc repro smoke/dvc.yaml
 # Written by `python -m dear.docs` from params.yaml (the demo) and dear/docs/smoke.py: edit those,
 # not this file; every value not changed there is the demo's, the methods included (and linear_probe,
-# tip_adapter_f and clip_lora).
+# tip_adapter_f and clip_lora; MMRL++ and TAC, whose demo values params.yaml holds for make demo-2026).
 """
 
 
@@ -84,7 +100,7 @@ def smoke_params(demo: dict) -> dict:
     """The smoke study's params: the demo's (`demo`, params.yaml as read) with the tiny sections and SMOKE."""
     raw = copy.deepcopy(demo)
     raw.update(copy.deepcopy(tiny_params()))
-    return with_extra_methods(_changed(raw, SMOKE))
+    return with_2026_methods(with_extra_methods(_changed(raw, SMOKE)))
 
 
 def _changed(raw: dict, changes: dict) -> dict:
@@ -135,6 +151,31 @@ def demo_fewshot_text(root: Path) -> str:
     return DEMO_FEWSHOT_HEADER + yaml.safe_dump(raw, sort_keys=False, width=120)
 
 
+# --- configs/demo-2026.yaml: the demo with MMRL++ and TAC beside MMRL (`make demo-2026`) -----------------------
+
+DEMO_2026_PATH = "configs/demo-2026.yaml"
+DEMO_2026 = {  # dotted key: its value; every other key is the demo's (world, backbone, protocols, recipes)
+    "output_root": "demo-2026",
+    "data.root": "demo-2026/world",
+}
+DEMO_2026_HEADER = """\
+# The demo with the 2026 table's prompt learners: the demo's study (methods, seeds, protocols, recipes, world and
+# backbone) with MMRL++ and TAC beside MMRL (`make demo-2026`; outputs in demo-2026/). Two more methods cost the
+# demo about two ninths more training, so `make demo` stays as it is. Their demo values (train.recipes.mmrlpp, .tac)
+# are in params.yaml beside MMRL's and PromptSRC's. Written by `python -m dear.docs` from params.yaml and
+# dear/docs/smoke.py (DEMO_2026): edit those, not this file.
+#   snakemake --cores 2 --scheduler greedy --configfile configs/demo-2026.yaml --cache    (what make demo-2026 runs)
+#   python workflow/scripts/dvc_study.py configs/demo-2026.yaml && dvc repro demo-2026/dvc.yaml
+"""
+
+
+def demo_2026_text(root: Path) -> str:
+    """configs/demo-2026.yaml as `python -m dear.docs` writes it."""
+    demo = yaml.safe_load((root / "params.yaml").read_text())
+    raw = with_2026_methods(_changed(copy.deepcopy(demo), DEMO_2026))
+    return DEMO_2026_HEADER + yaml.safe_dump(raw, sort_keys=False, width=120)
+
+
 # --- examples/clip-adapter/smoke.yaml: the smoke study with the example's plugin method (docs/your-method.md) --------
 
 EXAMPLE_SMOKE_PATH = "examples/clip-adapter/smoke.yaml"
@@ -164,4 +205,4 @@ def example_smoke_text(root: Path) -> str:
 
 
 GENERATED = {PATH: smoke_text, DEMO_FEWSHOT_PATH: demo_fewshot_text,  # the configs `python -m dear.docs` writes
-             EXAMPLE_SMOKE_PATH: example_smoke_text}
+             DEMO_2026_PATH: demo_2026_text, EXAMPLE_SMOKE_PATH: example_smoke_text}

@@ -51,6 +51,8 @@ REGISTRY: dict[str, Entry] = {
     "maple": Entry("maple", "maple", "MaPLe: deep prompts in both towers, the image's coupled to the text's"),
     "promptsrc": Entry("promptsrc", "promptsrc", "PromptSRC: deep prompts in both towers, self-regularized, averaged"),
     "mmrl": Entry("mmrl", "mmrl", "MMRL: representation tokens in both towers"),
+    "mmrlpp": Entry("mmrlpp", "mmrlpp", "MMRL++: MMRL's tokens through shared-residual aligners, composed layer to layer"),
+    "tac": Entry("tac", "tac", "TAC: PromptSRC-style deep prompts led by task-cluster tokens of the class features"),
     "dear_nomask": Entry("dear", "dear", "DeAR without its role mask (the ablation)"),
     "dear": Entry("dear", "dear", "DeAR: attribute tokens behind a per-head role mask"),
     "tip_adapter_f": Entry("tip_adapter_f", "tip_adapter_f", "Tip-Adapter-F: a cache of the shots' features beside "

@@ -3,7 +3,8 @@
 The trainer, `fuse` and `evaluate` only talk to this interface, so a method
 is one module: its learnable parts (`build`), how they change the towers
 (`encode`, `compute_text_features`, through `dear.methods.towers`), its loss terms (`step`)
-and its inference (`output`). The shared parts live here:
+and its inference (`output`); `for_dataset` lets a method read a value of the
+scored dataset's recipe at evaluation (MMRL++). The shared parts live here:
 - the frozen image prefix: image blocks below the first one that reads a
   learnable tensor are computed without autograd (and cached by the trainer's
   view bank and by `evaluate` between seeds);
@@ -199,6 +200,20 @@ class MethodModel(nn.Module):
         """With `searches_validation`: choose what the method chooses on the validation shots after training, from
         their features [N, 1, E] (`encode` of the test transform); returns what `dear train` logs."""
         raise NotImplementedError(f"{type(self).__name__} sets searches_validation but has no search_validation")
+
+    def for_dataset(self, recipe: Recipe) -> None:
+        """Called by `dear evaluate` before it scores a dataset, with this method's recipe resolved at that dataset in
+        the run's protocol (the model's own recipe for the dataset it was trained on).
+
+        The authors' test scripts build the model under the scored dataset's config and load the trained tensors into
+        it: a method whose forward reads a value of that config takes it here (MMRL++'s BETA per cross-dataset
+        target), and calls `forget_text` when its text features change. Default: nothing (every other method scores
+        each dataset with its own recipe's values; the prompt template is handled apart, by `evaluate`).
+        """
+
+    def forget_text(self) -> None:
+        """Drop the cached class features: the next `text_features` computes them again (after `for_dataset`)."""
+        self._cache = {k: v for k, v in self._cache.items() if k[0] != "text"}
 
     # --- state -------------------------------------------------------------------------
 

@@ -39,6 +39,8 @@ KEYS: dict[str, tuple[LayerKey, ...]] = {  # by recipe file
     "maple": (LayerKey("prompt_depth", ("image", "text"), "depth", 1),),
     "promptsrc": (LayerKey("vision_depth", ("image",), "depth", 0), LayerKey("text_depth", ("text",), "depth", 1)),
     "mmrl": (LayerKey("start_layer", ("image", "text"), "start", 1, half),),
+    "mmrlpp": (LayerKey("start_layer", ("image", "text"), "start", 1, half),),
+    "tac": (LayerKey("vision_depth", ("image",), "depth", 1), LayerKey("text_depth", ("text",), "depth", 1)),
     "dear": (LayerKey("start_layer", ("image",), "start", 1, two_thirds),
              LayerKey("text_start_layer", ("text",), "start", 1, two_thirds)),
 }

@@ -11,7 +11,10 @@ recipe file's `prompt`:
   MaPLe: n_ctx 2, "a photo" of "a photo of a"), or "X X ... X <name>." with
   n_ctx random vectors when ctx_init is empty (CoOp's few-shot setting);
 - tokens: the hand-written prompt, plus learnable tokens inserted after
-  start-of-text from a deeper text layer on (MMRL, DeAR).
+  start-of-text from a deeper text layer on (MMRL, MMRL++, DeAR);
+- clusters: "<ctx_init> <name>." kept whole, with the task clusters' tokens
+  and n_ctx learnable vectors inserted after start-of-text from layer 1 on
+  (TAC: "X X ... X <name>." when the vectors start random).
 Nothing here needs torch: the models tokenize `Prompt.text`, `dear recipe`
 prints `Prompt.shown`.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FORMS = ("none", "template", "context", "tokens")
+FORMS = ("none", "template", "context", "tokens", "clusters")
 
 
 def classname(raw: str) -> str:
@@ -34,12 +37,15 @@ class Prompt:
     learnable: int = 0  # tokens right after start-of-text replaced by learnable vectors
     inserted: int = 0  # learnable tokens inserted after start-of-text in deeper text layers
     from_layer: int | None = None  # the first text layer (1-based) holding the inserted tokens
+    marks: str | None = None  # how the inserted tokens are shown (None: R1..Rn from their first layer)
 
     @property
     def shown(self) -> str:
-        """The prompt as a person reads it: learnable tokens as X, inserted ones as [R1..Rn]."""
+        """The prompt as a person reads it: learnable tokens as X, inserted ones as [R1..Rn] (or their marks)."""
         words = self.text.split(" ")
         text = " ".join(["X"] * self.learnable + words[self.learnable:])
+        if self.inserted and self.marks:
+            return f"[SOT] [{self.marks}] {text}"
         if self.inserted:
             where = f" from text layer {self.from_layer}" if self.from_layer else ""
             return f"[SOT] [R1..R{self.inserted}{where}] {text}"
@@ -68,6 +74,17 @@ def with_tokens(template: str, raw: str, tokens: int, from_layer: int | None) ->
     return Prompt(template.format(classname(raw)), inserted=tokens, from_layer=from_layer)
 
 
+CLUSTER_WORD_INIT = 20  # TAC: `if ctx_init and n_ctx <= 20` the vectors start from the words' token embeddings
+
+
+def with_clusters(ctx_init: str, n_ctx: int, clusters: int, raw: str) -> Prompt:
+    """TAC's prompt: "<ctx_init> <name>." whole (n_ctx "X" words when the vectors start random), after start-of-text
+    the `clusters` task-cluster tokens (K) and the n_ctx learnable vectors (X) inserted."""
+    words = ctx_init.replace("_", " ") if ctx_init and n_ctx <= CLUSTER_WORD_INIT else " ".join(["X"] * n_ctx)
+    return Prompt(f"{words} {classname(raw)}.", inserted=clusters + n_ctx, from_layer=1,
+                  marks=f"K1..K{clusters} X1..X{n_ctx}")
+
+
 def of_recipe(form: str, values: dict, raw: str) -> Prompt | None:
     """The prompt a recipe of `form` builds for class `raw` (None: the method has no text side of its own)."""
     if form == "template":
@@ -78,4 +95,6 @@ def of_recipe(form: str, values: dict, raw: str) -> Prompt | None:
         tokens = values.get("text_tokens", values.get("tokens"))
         start = values.get("text_start_layer", values.get("start_layer"))
         return with_tokens(values["template"], raw, tokens, start)
+    if form == "clusters":
+        return with_clusters(values["ctx_init"], values["n_ctx"], values["clusters"], raw)
     return None

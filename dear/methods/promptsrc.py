@@ -24,14 +24,12 @@ Logits and losses are computed in fp32 (theirs in fp16 under fp16).
 
 from __future__ import annotations
 
-import copy
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dear.errors import DearError
-from dear.methods import prompts, towers
+from dear.methods import towers
 from dear.methods.base import Step, cross_entropy
 from dear.methods.coop import CoOp
 from dear.model import internals as oc
@@ -105,17 +103,11 @@ class PromptSRC(CoOp):
         """t_zs [C, E]: the untouched CLIP's features of every teacher template, mean of unnormalized, normalized."""
         return self.once(("teacher", tuple(classnames)), lambda: self._teacher(classnames))
 
-    @torch.no_grad()
     def _teacher(self, classnames: list[str]) -> torch.Tensor:
         """Theirs encode one template at a time; the prompts are independent, so chunks of any size give the same
         features (3x faster on CPU in chunks of 1000)."""
-        clip = self.clip if oc.text_dtype(self.clip) == torch.float32 else copy.deepcopy(self.clip).float()
-        templates = self.recipe.teacher_templates
-        tokens = self.tokenizer([prompts.hand_written(t, name).text for t in templates for name in classnames])
-        features = torch.cat([oc.encode_text(clip, oc.trim_text_padding(clip, chunk.to(self.device)))
-                              for chunk in tokens.split(TEACHER_CHUNK)])  # [T C, E]
-        mean = features.view(len(templates), len(classnames), -1).mean(0)  # [C, E], of unnormalized features
-        return (mean / mean.norm(dim=-1, keepdim=True)).float()
+        return towers.template_features(self.clip, self.tokenizer, self.recipe.teacher_templates, classnames,
+                                        chunk=TEACHER_CHUNK)
 
     # --- loss and averaging -------------------------------------------------------------
 

@@ -6,7 +6,10 @@ authors' values as layers, each naming the file of the authors' repository
 - `recipe`: the base-to-novel recipe, layer after layer (later wins);
 - `datasets`: per-dataset layers (MMRL's REG_WEIGHT, CoOp's ImageNet config);
 - `transfer`: the layers of the transfer source's run (all classes; MMRL's
-  cross-dataset config);
+  cross-dataset config), or `{recipe: [...], datasets: {ds: [...]}}` where
+  the authors' cross-dataset runs also set values per dataset (MMRL++'s
+  per-dataset BETA and REG_WEIGHT of their CD task, the source's and each
+  target's: `dear evaluate` resolves a target's recipe in this protocol);
 - `few_shot`: the layers of a few-shot run on all classes (study.few_shot):
   `recipe` for every shot count, `shots: {K: ...}` per shot count (CoOp's
   epochs), `datasets: {ds: ...}` per dataset, applied in that order after
@@ -127,11 +130,12 @@ class RecipeFile:
     transfer: tuple[Layer, ...]
     trains: bool  # False: nothing learnable (zero-shot), no trainer keys
     few_shot: FewShot = FewShot()
+    transfer_datasets: dict[str, tuple[Layer, ...]] = field(default_factory=dict)  # after `transfer`, per dataset
 
     def layers(self, dataset: str, protocol: str, shots: int | None = None) -> list[Layer]:
         own = [*self.recipe, *self.datasets.get(dataset, ())]
         if protocol == "transfer":
-            return [*own, *self.transfer]
+            return [*own, *self.transfer, *self.transfer_datasets.get(dataset, ())]
         if protocol == "few_shot":
             return [*own, *self.few_shot.layers(dataset, shots)]
         return own
@@ -190,19 +194,36 @@ def _load(name: str, path: Path, mtime_ns: int) -> RecipeFile:
         front += _inherited([layer for layer in parent.recipe if id(layer) not in own], wanted, parent.name)
         inherited_datasets = {ds: _inherited(layers, wanted, parent.name) for ds, layers in parent.datasets.items()}
         inherited_transfer = _inherited(parent.transfer, wanted, parent.name)
+        inherited_transfer_datasets = {ds: _inherited(layers, wanted, parent.name)
+                                       for ds, layers in parent.transfer_datasets.items()}
         inherited_few_shot = FewShot(
             _inherited(parent.few_shot.recipe, wanted, parent.name),
             {k: _inherited(layers, wanted, parent.name) for k, layers in parent.few_shot.shots.items()},
             {ds: _inherited(layers, wanted, parent.name) for ds, layers in parent.few_shot.datasets.items()})
     else:
         inherited_datasets, inherited_transfer, inherited_few_shot = {}, (), FewShot()
+        inherited_transfer_datasets = {}
     datasets = {ds: (*inherited_datasets.get(ds, ()), *_layers(layers, path, keys))
                 for ds, layers in (raw.get("datasets") or {}).items()}
     datasets.update({ds: layers for ds, layers in inherited_datasets.items() if ds not in datasets})
+    transfer, transfer_datasets = _transfer(raw.get("transfer"), path)
     return RecipeFile(name=name, title=raw["title"], prompt=raw["prompt"], keys=keys,
                       recipe=(*front, *_layers(raw.get("recipe"), path, keys)), datasets=datasets,
-                      transfer=(*inherited_transfer, *_layers(raw.get("transfer"), path, keys)),
-                      trains=bool(base), few_shot=_few_shot(raw.get("few_shot") or {}, path, keys, inherited_few_shot))
+                      transfer=(*inherited_transfer, *_layers(transfer, path, keys)),
+                      trains=bool(base), few_shot=_few_shot(raw.get("few_shot") or {}, path, keys, inherited_few_shot),
+                      transfer_datasets={ds: (*inherited_transfer_datasets.get(ds, ()),
+                                              *_layers(transfer_datasets.get(ds), path, keys))
+                                         for ds in {**inherited_transfer_datasets, **transfer_datasets}})
+
+
+def _transfer(raw, path: Path) -> tuple[list, dict]:
+    """A file's `transfer` section: a list of layers, or {recipe: layers, datasets: {ds: layers}}."""
+    if not isinstance(raw, dict):
+        return raw or [], {}
+    unknown = sorted(set(raw) - {"recipe", "datasets"})
+    if unknown:
+        raise DearError(f"{path}: transfer: unknown sections {unknown} (recipe, datasets)")
+    return raw.get("recipe") or [], raw.get("datasets") or {}
 
 
 def _few_shot(raw: dict, path: Path, keys: dict[str, Key], inherited: FewShot) -> FewShot:

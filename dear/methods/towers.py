@@ -6,12 +6,13 @@ the one module that touches open_clip):
 - text: tokens right after start-of-text. At the layer named `insert_at` the
   sequence grows by n (MMRL, DeAR: the pooled end-of-text index moves by n);
   at every other layer listed they replace positions 1..n (deep prompts of
-  MaPLe and PromptSRC, MMRL's later layers). CoOp's shallow context replaces
+  MaPLe and PromptSRC, MMRL's later layers), or mix with the previous layer's
+  outputs there (`compose`: MMRL++). CoOp's shallow context replaces
   the token embeddings themselves, before any layer (`prompt_embeddings`).
 - image: tokens after the patches. At `append_at` the sequence grows by n;
   at every other layer listed they replace the last n positions. A token
   function may read the previous layer's output at those positions (DeAR's
-  beta composition).
+  and MMRL++'s beta composition).
 Layers are 1-based. Only the rows read after the last block are computed
 there (CLS and the tokens; each prompt's end-of-text row): keys and values
 still come from every position, so the numbers are those of the full block.
@@ -22,13 +23,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import copy
+
 import torch
 import torch.nn.functional as F
 
+from dear.methods import prompts
 from dear.model import internals as oc
 from dear.model.masks import fade_in
 
 TokenFn = Callable[[int, torch.Tensor | None], torch.Tensor]  # (layer, previous tokens [B, n, D] | None) -> [B|1, n, D]
+ComposeFn = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]  # (layer, tokens, previous) -> [C, n, D]
 
 
 @dataclass
@@ -68,13 +73,16 @@ def prompt_embeddings(embeddings: torch.Tensor, context: torch.Tensor) -> torch.
 
 def run_text(clip, tower: oc.Tower, x: torch.Tensor, pool: torch.Tensor, first: int = 1,
              tokens: dict[int, torch.Tensor] | None = None, insert_at: int | None = None,
-             fade: float = 1.0, group: int | None = None) -> torch.Tensor:
+             fade: float = 1.0, group: int | None = None, compose: ComposeFn | None = None) -> torch.Tensor:
     """Text layers `first`..L on x [C, T, D] -> normalized features [C, E].
 
     tokens[l]: [n, D] or [C, n, D], the tokens after start-of-text entering layer l (see the module doc).
     `fade` < 1 scales the other positions' reads of inserted tokens in their softmax (ours: the fade-in).
     `group`: rows come in groups of this many prompts that may share their first positions (default: all C;
     CoCoOp: one image's prompts); what they share runs once per group (`text_block`).
+    `compose(layer, tokens, previous)`: at a layer whose tokens replace earlier ones, what enters from the
+    layer's tokens [C, n, D] and the previous layer's outputs at their positions [C, n, D] (MMRL++'s
+    progressive composition); None: the layer's tokens alone.
     """
     tokens = tokens or {}
     n, shared, group = 0, None, group or x.shape[0]
@@ -83,6 +91,8 @@ def run_text(clip, tower: oc.Tower, x: torch.Tensor, pool: torch.Tensor, first: 
         layer = first + i
         if layer in tokens:
             new = tokens[layer].to(x.dtype).expand(x.shape[0], -1, -1)  # [C, n, D]
+            if compose is not None and layer != insert_at:
+                new = compose(layer, new, x[:, 1:1 + new.shape[1]]).to(x.dtype)
             n = new.shape[1] if layer == insert_at else n
             kept = x[:, 1:] if layer == insert_at else x[:, 1 + new.shape[1]:]
             x = torch.cat([x[:, :1], new, kept], 1)
@@ -167,3 +177,18 @@ def encode_texts(clip, tower: oc.Tower, tokenizer, texts: list[str]) -> torch.Te
     """The untouched model's normalized features [C, E] of hand-written prompts."""
     prompt = text_input(clip, tokenizer, texts)
     return run_text(clip, tower, with_positions(clip, prompt.embeddings), prompt.pool)
+
+
+@torch.no_grad()
+def template_features(clip, tokenizer, templates: list[str], classnames: list[str], chunk: int = 1000) -> torch.Tensor:
+    """The untouched model's class features [C, E] averaged over prompts: per class the mean of the unnormalized
+    features of every template, then normalized, in fp32 whatever the model's precision (PromptSRC's teacher, TAC's
+    class descriptions). The prompts are encoded `chunk` at a time: independent rows, the same features in chunks
+    of any size."""
+    clip = clip if oc.text_dtype(clip) == torch.float32 else copy.deepcopy(clip).float()
+    device = oc.text_positions(clip).device
+    tokens = tokenizer([prompts.hand_written(t, name).text for t in templates for name in classnames])
+    features = torch.cat([oc.encode_text(clip, oc.trim_text_padding(clip, part.to(device)))
+                          for part in tokens.split(chunk)])  # [T C, E]
+    mean = features.view(len(templates), len(classnames), -1).mean(0)  # [C, E], of unnormalized features
+    return (mean / mean.norm(dim=-1, keepdim=True)).float()

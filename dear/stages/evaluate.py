@@ -12,6 +12,9 @@
   so ImageNet-A/-R are scored on their 200 classes. Which logits predict is
   the method's (`MethodModel.output`): the source itself (seen) fused, the
   targets (unseen) by its rule (MMRL: CLS alone; DeAR: `fusion.novel`).
+  Before each dataset the model is handed its recipe at that dataset
+  (`MethodModel.for_dataset`: MMRL++ takes each target's BETA, as its
+  authors' test script does).
 
 Besides the method's output, every stream's own predictions are counted
 (stream `cls`, each attribute concept, MMRL's `rep`), so the report can show
@@ -96,6 +99,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
             log.info("%s: %s %s %s not scored: %s", model.name, target.protocol, target.name, target.split,
                      entry(model.name).scores or "the method has no logits for these classes")
             continue
+        model.for_dataset(_recipe_at(params, model, target.name))
         key = (target.name, target.split)
         if key not in encoded:  # the source's own test images serve both transfer protocols
             encoded[key] = evaluation.encode_images(model, target.images, transform, params.evaluate.batch_size,
@@ -124,6 +128,15 @@ def _template(params: Params, model, dataset: str) -> str | None:
     if "template" not in model.recipe.settings or dataset == model.recipe.dataset:
         return None  # the model's own
     return params.train.recipe(model.name, dataset, "base_to_novel").template
+
+
+def _recipe_at(params: Params, model, dataset: str):
+    """The method's recipe at `dataset` in the model's protocol (`MethodModel.for_dataset`): its own where it was
+    trained, else resolved there (a transfer target: the authors' test run builds the model under its config)."""
+    own = model.recipe
+    if dataset == own.dataset:
+        return own
+    return params.train.recipe(model.name, dataset, own.protocol, own.shots)
 
 
 def summary(frame, method: str, seed: int) -> str:
