@@ -579,6 +579,10 @@ def predict(
         None, "--class-list", help="text file of class names to choose from, one per line (may hold classes never "
                                    "trained on); default: the classes the model was trained on"),
     top_k: int = typer.Option(5, "--top-k", help="classes (and probabilities) per image"),
+    rule: str = typer.Option(
+        "by-class", "--rule", help="by-class: a trained class by the method's output on seen classes, any other by "
+                                   "its rule for unseen ones (fusion.novel), as `dear evaluate` scores them | seen | "
+                                   "unseen: every class by that one rule"),
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
     fusion: Optional[Path] = typer.Option(None, help="fusion.json of `dear fuse` (default: the trained alpha)"),
@@ -586,12 +590,12 @@ def predict(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Label new images: the top-k classes of each.
+    """Label new images: the top-k classes of each, and the rule that scored each class.
 
     Unreadable images are listed with their error; it fails only when none can be read.
     """
     _run_stage("predict", params, overrides, log, inputs=dict(model=model, backbone=backbone, images=images, roles=roles,
-                                                   fusion=fusion, class_list=class_list, top_k=top_k),
+                                                   fusion=fusion, class_list=class_list, top_k=top_k, rule=rule),
                outputs=dict(folder=out))
 
 

@@ -661,6 +661,9 @@ PREDICT = [
          ["no alpha of 1 streams for coop"],
          lambda i: _predict(i, str(i.root / "raw/world_objects/images"), "--fusion", "fusion.json"),
          setup=lambda i, here, patch: (here / "fusion.json").write_text('{"alpha": [0.5, 0.25, 0.25]}') and None),
+    Case("unknown-rule-predict", "predict", "--rule: a name that is not a rule", ["--rule: 'fused' is not a rule",
+                                                                                "by-class, seen, unseen"],
+         lambda i: _predict(i, str(i.root / "raw/world_objects/images"), "--rule", "fused")),
 ]
 
 
