@@ -1,4 +1,4 @@
-# Entry points: `make smoke` runs every stage on a tiny study (~5 min), `make demo` the pipeline on the
+# Entry points: `make smoke` runs every stage on a tiny study (its time: docs/configs.md), `make demo` the pipeline on the
 # embedded default, `make demo-fewshot` its few-shot figure, `make test` the test suite. Each creates .venv and installs on first use.
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
@@ -35,7 +35,7 @@ demo-fewshot: $(STAMP)
 	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/demo-fewshot.yaml
 	@echo "The few-shot report is in demo-fewshot/report/results.md."
 
-# every stage of every protocol on the tiny world and backbone, 137 jobs, 4 min 35 s on 2 cores (2026-12-05): numbers that mean nothing.
+# every stage of every protocol on the tiny world and backbone (its measured time: docs/configs.md): numbers that mean nothing.
 # The greedy scheduler (demo and smoke): Snakemake's default solves an ILP before each job (~20 s in all for
 # the smoke's 62 here); greedy follows the rules' priorities the same way.
 smoke: $(STAMP)
