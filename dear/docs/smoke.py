@@ -51,10 +51,11 @@ EXTRA_METHODS = ("linear_probe",)  # run by the smoke and few-shot studies, not 
 
 
 def with_extra_methods(raw: dict) -> dict:
-    """`raw` with EXTRA_METHODS in study.methods and report.methods, after zeroshot (in place; returned)."""
+    """`raw` with EXTRA_METHODS in study.methods and report.methods (where given), after zeroshot (in place;
+    returned)."""
     for section in ("study", "report"):
-        methods = raw[section]["methods"]
-        for name in EXTRA_METHODS:
+        methods = raw[section].get("methods")
+        for name in EXTRA_METHODS if methods is not None else ():
             if name not in methods:
                 methods.insert(methods.index("zeroshot") + 1 if "zeroshot" in methods else 0, name)
     return raw

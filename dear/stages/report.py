@@ -66,7 +66,7 @@ class Outputs:
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     inputs = with_collected_runs(inputs)
-    conventions = tables.Conventions(methods=list(params.report.methods), seeds=list(params.data.seeds),
+    conventions = tables.Conventions(methods=params.report_methods, seeds=list(params.data.seeds),
                                      ddof=params.report.std_ddof, std_warning=params.report.std_warning,
                                      confidence=params.report.confidence)
     every_stream = read_evals(inputs.evals, streams=True)
@@ -80,7 +80,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                                  {"params_sha256": sha256_json(params.model_dump(mode="json")),
                                   **{key: record[key] for key in ("code", "versions", "devices")}})
     results = tables.aggregate(seed_accuracy(evals), conventions)
-    differences = paired.differences(evals, comparisons(params.report, evals), paired.Options(
+    differences = paired.differences(evals, comparisons(params.report_methods, params.report_compare, evals), paired.Options(
         confidence=params.report.confidence, resamples=params.report.bootstrap_resamples, ddof=params.report.std_ddof))
     streams = tables.stream_accuracy(seed_accuracy(every_stream), conventions)
     inferences = tables.both_inferences(every_stream, conventions)
@@ -103,13 +103,14 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         "streams.csv": _csv(streams),
         "published.csv": _csv(published),
         "inference.csv": _csv(inferences),
-        "base_novel.png": plots.base_novel_png(results, conventions.methods, params.report.dpi),
+        "base_novel.png": plots.base_novel_png(results, conventions.methods, params.report.confidence,
+                                               params.report.dpi),
         "loss_curves.png": plots.loss_png(logs, conventions.methods, params.report.loss_smoothing,
                                           params.report.dpi),
         "plots/base_novel.csv": _csv(base_novel_data(results)),
         "plots/transfer.csv": _csv(transfer_data(results)),
         "plots/loss.csv": _csv(logs),
-        **few_shot_files(results, conventions.methods, params.report.dpi),
+        **few_shot_files(results, conventions.methods, params.report.confidence, params.report.dpi),
         **paper.tables(results, conventions.methods, params.report.decimals, limits(evals)),
         **{f"roles/{name}.png": data for name, data in heatmaps.items()},
     }
@@ -132,12 +133,12 @@ def limits(evals: pd.DataFrame) -> dict[str, str]:
             if name in REGISTRY and REGISTRY[name].scores}
 
 
-def few_shot_files(results: pd.DataFrame, methods: list[str], dpi: int) -> dict[str, bytes]:
+def few_shot_files(results: pd.DataFrame, methods: list[str], confidence: float, dpi: int) -> dict[str, bytes]:
     """few_shot.png and plots/few_shot.csv, when the eval tables hold a few-shot run (none otherwise)."""
     data = few_shot_data(results)
     if data.empty:
         return {}
-    return {"few_shot.png": plots.few_shot_png(results, methods, dpi), "plots/few_shot.csv": _csv(data)}
+    return {"few_shot.png": plots.few_shot_png(results, methods, confidence, dpi), "plots/few_shot.csv": _csv(data)}
 
 
 def few_shot_data(results: pd.DataFrame) -> pd.DataFrame:
@@ -156,10 +157,10 @@ def _inference(run_record: dict) -> str:
     return " and ".join(found) or "not recorded"
 
 
-def comparisons(report, evals: pd.DataFrame) -> list[tuple[str, str]]:
-    """(report.compare, other) for every other method, listed or found, in the tables' row order."""
-    return [(report.compare, other) for other in tables.method_order(report.methods, evals["method"])
-            if other != report.compare]
+def comparisons(methods: list[str], compare: str, evals: pd.DataFrame) -> list[tuple[str, str]]:
+    """(compare, other) for every other method, listed or found, in the tables' row order (`methods`, then the
+    eval tables' others: Params.report_methods, Params.report_compare)."""
+    return [(compare, other) for other in tables.method_order(methods, evals["method"]) if other != compare]
 SMOKE_ARCHS = ("dear-world-tiny",)  # the smoke study's backbone (configs/smoke.yaml): a test-sized model
 
 
