@@ -255,6 +255,7 @@ class Train(Section):
                     "and its source")
     checkpoint_every: int = Field(ge=1, description="steps between resumable checkpoints")
     _templates: dict[str, str] = PrivateAttr(default_factory=dict)  # dataset -> data.custom.<dataset>.template
+    _own: frozenset[str] = PrivateAttr(default_factory=frozenset)  # the datasets of one's own (data.custom)
 
     @field_validator("method")
     @classmethod
@@ -264,7 +265,8 @@ class Train(Section):
     def recipe(self, method: str, dataset: str, protocol: str, shots: int | None = None):
         """The resolved recipe (`dear.methods.recipe.Recipe`) of one run: what the trainer and the model read
         (`shots`: the few_shot protocol's K)."""
-        return resolve(self.recipes, method, dataset, protocol, shots, self._templates.get(dataset))
+        return resolve(self.recipes, method, dataset, protocol, shots, self._templates.get(dataset),
+                       own=dataset in self._own)
 
 
 def _registered_method(name: str) -> str:
@@ -474,6 +476,12 @@ class Params(Section):
         templates = {name: entry.template for name, entry in self.data.custom.items() if entry.template is not None}
         if templates:
             self.train._templates = templates
+        return self
+
+    @model_validator(mode="after")
+    def _own_datasets(self) -> "Params":
+        """A dataset of one's own gets the recipes' `own` layers (`Train.recipe`: min_steps)."""
+        self.train._own = frozenset(self.data.custom)
         return self
 
     @model_validator(mode="after")

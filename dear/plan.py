@@ -55,6 +55,7 @@ from scipy.optimize import lsq_linear
 from dear.check import split_size
 from dear.data import coop
 from dear.errors import DearError
+from dear.methods.recipe import epochs_for
 from dear.params import Params, validate, world_needed
 from dear.probe import arch_config
 
@@ -215,8 +216,8 @@ def work(params: Params, job: str) -> float:
         if method in FITS_FEATURES:  # one forward pass of its K training and min(K, val_shots) validation shots
             return seeds * (shots + min(shots, params.data.val_shots)) * classes * image
         resolved = params.train.recipe(method, dataset, "few_shot", shots)
-        epochs, batch = int(resolved.get("epochs", 0)), int(resolved.get("batch_size", 1))
         images = shots * classes
+        epochs, batch = lengths(resolved, images)
         steps = epochs * math.ceil(images / batch)
         return seeds * (epochs * images * 3 * image + steps * classes * 3 * prompt)
     if rule == "fuse_fewshot":
@@ -235,8 +236,8 @@ def work(params: Params, job: str) -> float:
         classes = _classes(params, dataset, transfer)
         if method in FITS_FEATURES:  # one forward pass of each shot, no text tower (the fits: seconds)
             return seeds * (params.data.shots + params.data.val_shots) * classes * image
-        epochs, batch = recipe(params, method, dataset, transfer)
         images = params.data.shots * classes
+        epochs, batch = recipe(params, method, dataset, transfer, images)
         steps = epochs * math.ceil(images / batch)
         return seeds * (epochs * images * 3 * image + steps * classes * 3 * prompt)
     if rule in ("fuse", "fuse_transfer"):
@@ -262,10 +263,15 @@ def work(params: Params, job: str) -> float:
     return 1.0  # world, collect, report: one job's time
 
 
-def recipe(params: Params, method: str, dataset: str, transfer: bool) -> tuple[int, int]:
-    """(epochs, batch size) of one training run, as `dear train` resolves them."""
-    resolved = params.train.recipe(method, dataset, "transfer" if transfer else "base_to_novel")
-    return int(resolved.get("epochs", 0)), int(resolved.get("batch_size", 1))
+def recipe(params: Params, method: str, dataset: str, transfer: bool, images: int) -> tuple[int, int]:
+    """(epochs, batch size) of one training run on `images` shots, as `dear train` resolves them."""
+    return lengths(params.train.recipe(method, dataset, "transfer" if transfer else "base_to_novel"), images)
+
+
+def lengths(resolved, images: int) -> tuple[int, int]:
+    """(epochs, batch size) of a resolved recipe on `images` shots: its epochs, raised to reach min_steps."""
+    batch = int(resolved.get("batch_size", 1))
+    return epochs_for(int(resolved.get("epochs", 0)), batch, images, resolved.get("min_steps")), batch
 
 
 def _classes(params: Params, dataset: str, transfer: bool) -> int:

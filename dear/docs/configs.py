@@ -126,6 +126,10 @@ def recipe_table(root: Path, method: str, source: str = "imagenet", demo_dataset
         moved = transfer.settings[key]
         if moved.value != resolve({}, method, source, "base_to_novel").settings[key].value:
             variants.append(f"transfer source: {_value(moved.value)} ({_file(moved.source)})")
+        yours = resolve({}, method, "", "base_to_novel", own=True).settings[key]
+        if yours.value != setting.value:
+            variants.append(f"a dataset of your own: {_value(yours.value)} ({yours.kind}: "
+                            "[docs/your-data.md](your-data.md#training-lengths))")
         mine = demo.settings[key]
         rows.append([f"`{key}`", _value(setting.value), f"{setting.kind}: {_file(setting.source)}",
                      "; ".join(variants) or "—", _value(mine.value) if mine.differs or mine.kind == "ours" else "="])

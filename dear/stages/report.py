@@ -36,6 +36,7 @@ from dear.errors import DearError
 from dear import runrecord
 from dear.io import (output_folder, provenance, read_json, read_parquet, read_provenance, sha256_file, sha256_json,
                      write_bytes, write_json)
+from dear.methods.recipe import FEWEST_STEPS
 from dear.params import Params
 from dear.model import ablation
 from dear.report import markdown, paired, paper, plots, reference, tables
@@ -94,7 +95,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                          reference=params.report.reference, heatmaps=[f"roles/{name}.png" for name in heatmaps],
                          has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()},
                          setting_problems=problems, inference=_inference(run_record),
-                         notes=notes(params, inputs.train_logs), limits=limits(evals))
+                         notes=notes(params, inputs.train_logs) + short_runs(run_record["models"]),
+                         limits=limits(evals))
     text = markdown.render(results, page, differences, streams, published, inferences)
     files = {
         "results.md": "\n".join([text, *runrecord.markdown(run_record)]).encode(),
@@ -182,6 +184,26 @@ def notes(params: Params, train_logs: list[Path]) -> list[str]:
             "; fewer where a dataset has fewer training images of a class, so this is not a "
             f"{asked}-shot study." if fewest < asked else "."))
     return found
+
+
+def short_runs(models: list[dict]) -> list[str]:
+    """The note on runs that took fewer optimizer steps than any baseline's authors train a base-to-novel run with
+    (`FEWEST_STEPS`): such a run may end where it began (issue 39: CoOp at 10 steps equalled zero-shot)."""
+    runs: dict[tuple, list] = {}
+    for model in models:
+        if model.get("steps") and model["steps"] < FEWEST_STEPS:  # 0: nothing trained (zero-shot, a fitted probe)
+            protocol = (model.get("recipe") or {}).get("protocol", model.get("classes"))
+            key = (model["method"], model["dataset"], str(protocol).replace("_", "-"), model.get("shots"))
+            runs.setdefault(key, []).append((model["seed"], model["steps"]))
+    if not runs:
+        return []
+    shown = "; ".join(
+        f"{method} on {dataset} ({protocol}{'' if shots is None else f', {shots} shots'}): "
+        + ", ".join(f"{steps} steps (seed {seed})" for seed, steps in sorted(found, key=lambda item: str(item[0])))
+        for (method, dataset, protocol, shots), found in sorted(runs.items(), key=str))
+    return [f"**Short training.** These runs took fewer than {FEWEST_STEPS} optimizer steps, the shortest "
+            f"base-to-novel run of the baselines' authors, and may have learned little: {shown}. Raise their epochs "
+            "(`train.recipes.<method>.epochs`) or `min_steps` (docs/your-data.md#training-lengths)."]
 
 
 def read_heatmaps(paths: list[Path]) -> dict[str, bytes]:
