@@ -5,11 +5,11 @@ STAMP   := .venv/.installed
 export HF_HUB_OFFLINE := 1
 export DVC_NO_ANALYTICS := 1
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
-# One embedded world and backbone per machine: Snakemake's between-workflow output cache keeps the outputs of the
-# rules marked `cache: True` (world, backbone) under their provenance hash, and restores them into any study or
-# clone that needs the same (docs/engines.md). `make clean` leaves it; `make clean-cache` empties it.
+# One embedded world and backbone per machine: Snakemake's between-workflow output cache (on in every run:
+# profiles/default) keeps the outputs of the rules marked `cache: True` (world, backbone) under their provenance
+# hash, and restores them into any study or clone that needs the same; DVC's stages find them there too
+# (docs/engines.md). `make clean` leaves it; `make clean-cache` empties it.
 export SNAKEMAKE_OUTPUT_CACHE ?= $(HOME)/.cache/dear/snakemake
-CACHE := --cache
 
 .PHONY: demo demo-fewshot smoke test test-slow test-cluster bench install clean clean-cache
 
@@ -26,7 +26,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	mkdir -p $(SNAKEMAKE_OUTPUT_CACHE)
-	.venv/bin/snakemake --cores 2 --scheduler greedy $(CACHE)
+	.venv/bin/snakemake --cores 2 --scheduler greedy
 	@echo "The report is in report/results.md (pictures beside it: report/*.png)."
 
 # the demo's few-shot figure (configs/demo-fewshot.yaml, written from params.yaml): every demo method on 1, 4 and 16
@@ -40,7 +40,7 @@ demo-fewshot: $(STAMP)
 # the smoke's 62 here); greedy follows the rules' priorities the same way.
 smoke: $(STAMP)
 	mkdir -p $(SNAKEMAKE_OUTPUT_CACHE)
-	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/smoke.yaml $(CACHE)
+	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/smoke.yaml
 	@echo "Every stage ran: smoke/report/results.md (its numbers mean nothing; make demo runs the demo study)."
 
 # the suite in two parts (docs/testing.md): `test` everything but the end-to-end runs marked `slow` (~5 minutes on
