@@ -132,7 +132,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         from dear.jobs import CACHED
 
         with benchmarked(log, itself=name in CACHED):  # under DVC: the job's time and memory, as Snakemake's benchmark: records them
-            reused = _restored(name, job, inputs, outputs, stage.Outputs.FILES)  # DVC: the machine's world, backbone
+            reused = _restored(name, job, inputs, outputs, stage)  # under DVC: the machine's world and backbone
             for index, (seed, seed_inputs, seed_outputs) in enumerate([] if reused else runs, 1):
                 if len(runs) > 1:
                     logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
@@ -167,7 +167,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         reproducible.release()
 
 
-def _restored(name: str, job: dict, inputs: dict, outputs: dict, owns: tuple[str, ...]) -> bool | None:
+def _restored(name: str, job: dict, inputs: dict, outputs: dict, stage) -> bool | None:
     """Under DVC, `dear world` and `dear backbone` copy the machine's output of this very job when it has one
     (dear.machine_cache): True when restored, False when the stage must run (and then keeps its output there),
     None when the machine's cache is not for this stage."""
@@ -178,7 +178,7 @@ def _restored(name: str, job: dict, inputs: dict, outputs: dict, owns: tuple[str
     entry = machine_cache.find(name, machine_cache.wanted(name, job, inputs))
     if entry is None:
         return False
-    machine_cache.restore(entry, Path(outputs["folder"]), owns)
+    machine_cache.restore(entry, Path(outputs["folder"]), stage.Outputs.FILES)
     return True
 
 
