@@ -56,7 +56,8 @@ def test_predict_labels_a_folder_with_the_trained_classes(project, tmp_path):
     with open(tmp_path / "out/predictions.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert [row["path"] for row in rows] == [row["path"] for row in table]
-    assert list(rows[0]) == ["path", "class_1", "probability_1", "rule_1", "class_2", "probability_2", "rule_2", "error"]
+    assert list(rows[0]) == ["path", "class_1", "probability_1", "rule_1", "class_2", "probability_2", "rule_2",
+                             "error"]
     assert {row["rule_1"] for row in rows} == {"seen"}
     made_by = read_provenance(tmp_path / "out/predictions.parquet")
     assert made_by["seen"] is True and made_by["classnames"] == base and made_by["method"] == "dear"
@@ -97,7 +98,7 @@ def test_each_class_is_scored_by_the_rule_evaluate_uses_for_it(project, tmp_path
     alone = pq.read_table(tmp_path / "alone/predictions.parquet").to_pylist()
     mixed = pq.read_table(tmp_path / "mixed/predictions.parquet").to_pylist()
     for before, after in zip(alone, mixed):
-        assert all(rule == ("seen" if name in base else "unseen") for name, rule in zip(after["classes"], after["rules"]))
+        assert after["rules"] == ["seen" if name in base else "unseen" for name in after["classes"]]
         trained = {name: p for name, p in zip(after["classes"], after["probabilities"]) if name in base}
         share = sum(trained.values())
         assert {name: p / share for name, p in trained.items()} == pytest.approx(

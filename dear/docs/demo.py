@@ -139,5 +139,5 @@ def demo_picture(root: Path) -> str:
     run, confidence = _run(root), load_params(root / "params.yaml").report.confidence
     return (f"![Base, Novel and HM accuracy per dataset and method on the embedded world]({PICTURE.as_posix()})\n\n"
             f"*Base-to-novel accuracy of {_source(run)} on the embedded world, per dataset and averaged (bars: the "
-            f"mean over seeds, whiskers: its {confidence:.0%} interval); the numbers are under "
+            f"mean over seeds, whiskers: its {confidence * 100:g}% interval); the numbers are under "
             f"[Results](#results-of-the-embedded-demo).*")

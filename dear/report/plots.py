@@ -58,8 +58,8 @@ def base_novel_figure(results: pd.DataFrame, listed_methods: list[str], confiden
         ax.set_visible(False)
     _legend(figure, [Line2D([], [], color=colors[m], linewidth=8) for m in methods], methods)
     intervals = rows[rows["method"].isin(methods)]["ci_low"].notna().any()
-    whiskers = (f"whiskers its {confidence:.0%} interval over seeds (Student's t, as in the tables)" if intervals
-                else "no whiskers: one seed has no interval")
+    whiskers = (f"whiskers its {confidence * 100:g}% interval over seeds (Student's t, as in the tables)"
+                if intervals else "no whiskers: one seed has no interval")
     missing = " n/a: no number." if _has_gaps(rows, methods) else ""
     figure.suptitle(f"Base-to-novel accuracy: bars the mean over seeds, {whiskers}.{missing}", fontsize=11, wrap=True)
     return figure
@@ -147,7 +147,8 @@ def few_shot_figure(results: pd.DataFrame, listed_methods: list[str], confidence
     handles = [Line2D([], [], color=colors[m], marker="o", markersize=3.5, linewidth=1.4) for m in shown]
     _legend(figure, handles, shown)
     figure.suptitle(f"Few-shot learning: accuracy against shots per class (line: the mean over seeds; band: its "
-                    f"{confidence:.0%} interval over seeds, Student's t, as in the tables)", fontsize=11, wrap=True)
+                    f"{confidence * 100:g}% interval over seeds, Student's t, as in the tables)", fontsize=11,
+                    wrap=True)
     return figure
 
 

@@ -81,7 +81,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                                  {"params_sha256": sha256_json(params.model_dump(mode="json")),
                                   **{key: record[key] for key in ("code", "versions", "devices")}})
     results = tables.aggregate(seed_accuracy(evals), conventions)
-    differences = paired.differences(evals, comparisons(params.report_methods, params.report_compare, evals), paired.Options(
+    pairs = comparisons(params.report_methods, params.report_compare, evals)
+    differences = paired.differences(evals, pairs, paired.Options(
         confidence=params.report.confidence, resamples=params.report.bootstrap_resamples, ddof=params.report.std_ddof))
     streams = tables.stream_accuracy(seed_accuracy(every_stream), conventions)
     inferences = tables.both_inferences(every_stream, conventions)
