@@ -1,16 +1,16 @@
-# Entry points: `make smoke` runs every stage on a tiny study (~5 min), `make demo` the pipeline on the
-# embedded default, `make demo-fewshot` its few-shot figure, `make demo-2026` the demo with MMRL++ and TAC,
-# `make test` the test suite. Each creates .venv and installs on first use.
+# Entry points: `make smoke` runs every stage on a tiny study (its time: docs/configs.md), `make demo` the pipeline on the
+# embedded default, `make demo-fewshot` its few-shot figure, `make demo-2026` the demo with MMRL++ and TAC, `make test`
+# the test suite. Each creates .venv and installs on first use.
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
 export HF_HUB_OFFLINE := 1
 export DVC_NO_ANALYTICS := 1
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
-# One embedded world and backbone per machine: Snakemake's between-workflow output cache keeps the outputs of the
-# rules marked `cache: True` (world, backbone) under their provenance hash, and restores them into any study or
-# clone that needs the same (docs/engines.md). `make clean` leaves it; `make clean-cache` empties it.
+# One embedded world and backbone per machine: Snakemake's between-workflow output cache (on in every run:
+# profiles/default) keeps the outputs of the rules marked `cache: True` (world, backbone) under their provenance
+# hash, and restores them into any study or clone that needs the same; DVC's stages find them there too
+# (docs/engines.md). `make clean` leaves it; `make clean-cache` empties it.
 export SNAKEMAKE_OUTPUT_CACHE ?= $(HOME)/.cache/dear/snakemake
-CACHE := --cache
 
 .PHONY: demo demo-fewshot demo-2026 smoke test test-slow test-cluster bench install clean clean-cache
 
@@ -27,7 +27,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	mkdir -p $(SNAKEMAKE_OUTPUT_CACHE)
-	.venv/bin/snakemake --cores 2 --scheduler greedy $(CACHE)
+	.venv/bin/snakemake --cores 2 --scheduler greedy
 	@echo "The report is in report/results.md (pictures beside it: report/*.png)."
 
 # the demo's few-shot figure (configs/demo-fewshot.yaml, written from params.yaml): every demo method on 1, 4 and 16
@@ -37,18 +37,18 @@ demo-fewshot: $(STAMP)
 	@echo "The few-shot report is in demo-fewshot/report/results.md."
 
 # the demo with MMRL++ and TAC beside MMRL (configs/demo-2026.yaml, written from params.yaml): the demo's study, world,
-# backbone (from the machine's cache) and recipes, two more methods; its own output root (demo-2026/). Not measured yet.
+# backbone (from the machine's cache) and recipes, two more methods; its own output root (demo-2026/).
 demo-2026: $(STAMP)
 	mkdir -p $(SNAKEMAKE_OUTPUT_CACHE)
-	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/demo-2026.yaml $(CACHE)
+	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/demo-2026.yaml
 	@echo "The report is in demo-2026/report/results.md."
 
-# every stage of every protocol on the tiny world and backbone, 137 jobs, 4 min 35 s on 2 cores (2026-12-05): numbers that mean nothing.
+# every stage of every protocol on the tiny world and backbone (its measured time: docs/configs.md): numbers that mean nothing.
 # The greedy scheduler (demo and smoke): Snakemake's default solves an ILP before each job (~20 s in all for
 # the smoke's 62 here); greedy follows the rules' priorities the same way.
 smoke: $(STAMP)
 	mkdir -p $(SNAKEMAKE_OUTPUT_CACHE)
-	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/smoke.yaml $(CACHE)
+	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/smoke.yaml
 	@echo "Every stage ran: smoke/report/results.md (its numbers mean nothing; make demo runs the demo study)."
 
 # the suite in two parts (docs/testing.md): `test` everything but the end-to-end runs marked `slow` (~5 minutes on

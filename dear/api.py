@@ -25,7 +25,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 import pyarrow as pa
 import torch
@@ -268,8 +268,12 @@ def load_trained(model_pt: str | Path, backbone: str | Path, roles: str | Path |
     from dear.model import trained
     from dear.model.clip import load_backbone
 
+    record = trained.read_trained(Path(model_pt))
+    if roles is None and record.get("roles_sha256"):  # the pipeline's own message names its flag, --roles
+        raise DearError(f"{model_pt}: method {record.get('method')} needs the roles table it was trained with; pass "
+                        "it: load_trained(model_pt, backbone, roles='roles/<dataset>/roles.parquet')")
     method = trained.load_trained(Path(model_pt), load_backbone(backbone), None if roles is None else Path(roles))
-    adapted = DeARModel(method, trained.read_trained(Path(model_pt)).get("classnames", []), novel)
+    adapted = DeARModel(method, record.get("classnames", []), novel)
     if fusion is not None:
         alpha = read_json(Path(fusion)).get("alpha")
         if alpha is None or len(alpha) != len(method.alpha):
@@ -289,12 +293,35 @@ def _settings_errors(check, *args) -> None:
         raise DearError(str(err).replace("profile.", "RoleSettings.")) from None
 
 
+PIXELS = ("head_roles takes preprocessed pixels [M, 3, S, S] or batches of them: "
+          "torch.stack([preprocess(image) for image in images]), with the preprocess of load_clip")
+
+
 def _batches(images: torch.Tensor | Iterable[torch.Tensor], batch_size: int) -> Iterable[torch.Tensor]:
+    """Batches [B, 3, S, S] of `images`; anything else (PIL images, one image [3, S, S]) is a one-line error."""
     if isinstance(images, torch.Tensor):
         if images.dim() != 4:
             raise DearError(f"images: expected preprocessed pixels [M, 3, S, S], got shape {tuple(images.shape)}")
         return images.split(batch_size)
-    return images
+    if not isinstance(images, Iterable) or isinstance(images, (str, bytes, Path)):
+        raise DearError(f"images: got {_kind(images)}; {PIXELS}")
+    return _checked(images)
+
+
+def _checked(batches: Iterable) -> Iterator[torch.Tensor]:
+    """Each batch of an iterable, checked as it comes (a generator is read once)."""
+    for batch in batches:
+        if not isinstance(batch, torch.Tensor) or batch.dim() != 4:
+            raise DearError(f"images: an item is {_kind(batch)}; {PIXELS}")
+        yield batch
+
+
+def _kind(value: Any) -> str:
+    """'a PIL.Image.Image', 'a tensor of shape (3, 32, 32)': what was given instead of pixels."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    kind = type(value)
+    return f"a {kind.__qualname__}" if kind.__module__ == "builtins" else f"a {kind.__module__}.{kind.__qualname__}"
 
 
 def _bank(bank, allowed: Sequence[str]):

@@ -44,7 +44,7 @@ from dear.model.concepts import CORE_CONCEPTS
 from dear.model.textbank import load_bank
 from dear.model.textspan import rank_problems
 from dear.model.weights_record import lookup
-from dear.params import Params, apply_overrides, error_line, unprepared, world_needed
+from dear.params import Params, apply_overrides, error_line, report_problems, unprepared, world_needed
 from dear.probe import arch_config, cuda_devices, torch_cuda_build
 
 
@@ -144,6 +144,11 @@ def dataset_names(params, params_file: str) -> list[str]:
 def datasets_used(params, params_file: str) -> list[str]:
     """Every dataset the study or the profile uses is one `prepare` makes (listed in data.datasets)."""
     return unprepared(params.data, params.study, params.profile)
+
+
+def report_methods(params, params_file: str) -> list[str]:
+    """report.methods and report.compare name methods the study runs (`dear.params.report_problems`)."""
+    return report_problems(params.study, params.report)
 
 
 def study_runs(params, params_file: str) -> list[str]:
@@ -463,6 +468,7 @@ CHECKS: tuple[Check, ...] = (
     Check(dataset_names, ("data", "world"), "data.datasets against the known datasets"),
     Check(datasets_used, ("data", "study", "profile"), "the datasets the study and the profile use"),
     Check(study_runs, ("study",), "the study's protocols"),
+    Check(report_methods, ("study", "report"), "the report's methods against the study's"),
     Check(few_shot_sets, ("study",), "the few-shot datasets"),
     Check(data_folders, ("data",), "the data folders", "machine"),
     Check(shifted_classes, ("data", "study", "world"), "the classes of domain-generalisation targets", "machine"),

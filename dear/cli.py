@@ -117,7 +117,8 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         reproducible.apply(loaded.compute.reproducible)  # before torch loads: the libraries read the caps once
         io.record_overrides(parse_overrides(sets or ()))
         stage_problems(loaded, name, str(params))  # every problem of this stage's params, before torch loads
-        io.record_job(job_record(name, loaded, inputs))
+        job = job_record(name, loaded, inputs)
+        io.record_job(job)
         runs = seed_runs(inputs, outputs, seeds, loaded.data.seeds)
         stage = _import_stage(name)
         reproducible.configure_torch(loaded.compute.reproducible)
@@ -131,13 +132,18 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         from dear.jobs import CACHED
 
         with benchmarked(log, itself=name in CACHED):  # under DVC: the job's time and memory, as Snakemake's benchmark: records them
-            for index, (seed, seed_inputs, seed_outputs) in enumerate(runs, 1):
+            reused = _restored(name, job, inputs, outputs, stage)  # under DVC: the machine's world and backbone
+            for index, (seed, seed_inputs, seed_outputs) in enumerate([] if reused else runs, 1):
                 if len(runs) > 1:
                     logging.getLogger("dear").info("%s: seed %s (%d of %d)", name, seed, index, len(runs))
                 status.update(seed=None if seed is None else f"{seed}" + (f" ({index} of {len(runs)})" if len(runs) > 1 else ""),
                               step=None, checkpoint=None, checkpoint_file=None)
                 stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
             _write_digests(name, outputs)
+            if reused is False:
+                from dear import machine_cache
+
+                machine_cache.store(name, machine_cache.wanted(name, job, inputs), Path(outputs["folder"]))
     except DearError as err:
         if _state["debug"]:
             raise
@@ -159,6 +165,21 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         use_params(DEFAULT_PATH)
         cpus.release()
         reproducible.release()
+
+
+def _restored(name: str, job: dict, inputs: dict, outputs: dict, stage) -> bool | None:
+    """Under DVC, `dear world` and `dear backbone` copy the machine's output of this very job when it has one
+    (dear.machine_cache): True when restored, False when the stage must run (and then keeps its output there),
+    None when the machine's cache is not for this stage."""
+    from dear import machine_cache
+
+    if not machine_cache.active(name) or not job:
+        return None
+    entry = machine_cache.find(name, machine_cache.wanted(name, job, inputs))
+    if entry is None:
+        return False
+    machine_cache.restore(entry, Path(outputs["folder"]), stage.Outputs.FILES)
+    return True
 
 
 def job_record(stage: str, params, inputs: dict) -> dict:
@@ -588,6 +609,10 @@ def predict(
         None, "--class-list", help="text file of class names to choose from, one per line (may hold classes never "
                                    "trained on); default: the classes the model was trained on"),
     top_k: int = typer.Option(5, "--top-k", help="classes (and probabilities) per image"),
+    rule: str = typer.Option(
+        "by-class", "--rule", help="by-class: a trained class by the method's output on seen classes, any other by "
+                                   "its rule for unseen ones (fusion.novel), as `dear evaluate` scores them | seen | "
+                                   "unseen: every class by that one rule"),
     backbone: Path = typer.Option(Path("backbone"), "--backbone", help="folder written by `dear backbone`"),
     roles: Optional[Path] = typer.Option(None, help="roles.parquet (method dear)"),
     fusion: Optional[Path] = typer.Option(None, help="fusion.json of `dear fuse` (default: the trained alpha)"),
@@ -595,12 +620,12 @@ def predict(
     log: Optional[Path] = LogOption,
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
-    """Label new images: the top-k classes of each.
+    """Label new images: the top-k classes, each with its rule.
 
     Unreadable images are listed with their error; it fails only when none can be read.
     """
     _run_stage("predict", params, overrides, log, inputs=dict(model=model, backbone=backbone, images=images, roles=roles,
-                                                   fusion=fusion, class_list=class_list, top_k=top_k),
+                                                   fusion=fusion, class_list=class_list, top_k=top_k, rule=rule),
                outputs=dict(folder=out))
 
 

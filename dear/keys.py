@@ -134,7 +134,8 @@ def _predict(params, values, method, dataset, classes) -> list[str]:
 
 
 def _report(params, values, method, dataset, classes) -> list[str]:
-    return ["data.seeds", *_under(values, "report")]
+    defaults = params.report.methods is None or params.report.compare is None  # the study's methods stand in
+    return ["data.seeds", *_under(values, "report"), *(["study.methods"] if defaults else [])]
 
 
 def _collect(params, values, method, dataset, classes) -> list[str]:

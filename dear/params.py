@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from dear import strict_yaml
 from dear.errors import DearError
-from dear.methods import REGISTRY
-from dear.methods import entry as method_entry
+from dear.methods import REGISTRY, entry
+from dear.methods.recipe import load as load_recipe
 from dear.methods.recipe import problems as recipe_problems
 from dear.methods.recipe import resolve
 from dear.paramsfile import DEFAULT_PATH, in_use, use  # noqa: F401 (the stages' and the CLI's names for them)
@@ -253,6 +253,7 @@ class Train(Section):
                     "and its source")
     checkpoint_every: int = Field(ge=1, description="steps between resumable checkpoints")
     _templates: dict[str, str] = PrivateAttr(default_factory=dict)  # dataset -> data.custom.<dataset>.template
+    _own: frozenset[str] = PrivateAttr(default_factory=frozenset)  # the datasets of one's own (data.custom)
 
     @field_validator("method")
     @classmethod
@@ -262,13 +263,14 @@ class Train(Section):
     def recipe(self, method: str, dataset: str, protocol: str, shots: int | None = None):
         """The resolved recipe (`dear.methods.recipe.Recipe`) of one run: what the trainer and the model read
         (`shots`: the few_shot protocol's K)."""
-        return resolve(self.recipes, method, dataset, protocol, shots, self._templates.get(dataset))
+        return resolve(self.recipes, method, dataset, protocol, shots, self._templates.get(dataset),
+                       own=dataset in self._own)
 
 
 def _registered_method(name: str) -> str:
     """A built-in method, or one an installed package declares that can be used (else its one-line problem)."""
     try:
-        method_entry(name)
+        entry(name)
     except DearError as err:
         raise ValueError(str(err)) from None
     return name
@@ -425,21 +427,24 @@ class Profile(Section):
 class Report(Section):
     @model_validator(mode="after")
     def _compared_is_listed(self) -> "Report":
-        if self.compare not in self.methods:
+        if self.compare is not None and self.methods is not None and self.compare not in self.methods:
             raise ValueError(f"report.compare: {self.compare!r} is not one of report.methods; add it there or pick one")
         return self
 
-    methods: list[str] = Field(
-        min_length=1, description="row order of the tables; a listed method with no eval table shows as missing")
+    methods: list[str] | None = Field(
+        None, min_length=1, description="row order of the tables, each a method of study.methods (null: "
+                                        "study.methods); a listed method with no eval table shows as missing")
     std_ddof: int = Field(ge=0, le=1, description="std over seeds: 1 = sample std (n-1), 0 = population std")
     std_warning: float = Field(ge=0.0, description="warn when a dataset's std over seeds exceeds this (points)")
     decimals: int = Field(ge=0, le=6, description="decimals of the percentages in results.md")
     reference: bool = Field(
         description="show the published numbers beside ours where the run uses their setting (ViT-B/16 OpenAI on "
                     "CoOp's datasets, 16 shots), in a block of their own")
-    compare: str = Field(
-        min_length=1, description="the method whose paired differences against every other method (its baselines "
-                                  "and its ablation) the report shows, with intervals and a verdict")
+    compare: str | None = Field(
+        None, min_length=1, description="the method whose paired differences against every other method (its "
+                                        "baselines and its ablation) the report shows, with intervals and a verdict "
+                                        "(null: dear when the study runs it, else the study's last method that "
+                                        "trains)")
     confidence: float = Field(gt=0.5, lt=1.0, description="level of every interval (over seeds, over test images)")
     bootstrap_resamples: int = Field(
         ge=100, description="resamples of the test images in the paired bootstrap of each difference")
@@ -475,6 +480,12 @@ class Params(Section):
         return self
 
     @model_validator(mode="after")
+    def _own_datasets(self) -> "Params":
+        """A dataset of one's own gets the recipes' `own` layers (`Train.recipe`: min_steps)."""
+        self.train._own = frozenset(self.data.custom)
+        return self
+
+    @model_validator(mode="after")
     def _reproducible_backbone(self) -> "Params":
         """bf16 CPU kernels differ per instruction set (AMX, AVX512-BF16, AVX2): no same floats everywhere."""
         if self.compute.reproducible and self.model.pretrained == "embedded" and self.backbone.precision == "bf16":
@@ -482,6 +493,24 @@ class Params(Section):
                              "but compute.reproducible is true; set backbone.precision: fp32 (or compute.reproducible: "
                              "false to keep bf16)")
         return self
+
+    @model_validator(mode="after")
+    def _report_of_the_study(self) -> "Params":
+        """The report shows the study's methods: a method it does not run would be a row of dashes."""
+        found = report_problems(self.study, self.report)
+        if found:
+            raise ValueError(found[0])
+        return self
+
+    @property
+    def report_methods(self) -> list[str]:
+        """The report's methods in row order: report.methods, else study.methods."""
+        return list(self.report.methods or self.study.methods)
+
+    @property
+    def report_compare(self) -> str:
+        """The method the report compares with every other: report.compare, else `compared(report_methods)`."""
+        return self.report.compare or compared(self.report_methods)
 
     @model_validator(mode="after")
     def _recipes(self) -> "Params":
@@ -524,6 +553,31 @@ def unprepared(data: Data, study: Study, profile: Profile) -> list[str]:
     return [f"{' and '.join(named)} {'use' if len(named) > 1 else 'uses'} {name}, which data.datasets does not "
             f"list; add {name} to data.datasets, or remove it from {' and '.join(named)}"
             for name, named in keys.items()]
+
+
+def report_problems(study: Study, report: Report) -> list[str]:
+    """One line per method `report.methods` or `report.compare` names but `study.methods` does not run."""
+    methods = study.methods
+    found = [f"report.methods: {name!r} is not in study.methods ({', '.join(methods)}); remove it, or leave "
+             "report.methods out (null): it defaults to study.methods"
+             for name in report.methods or () if name not in methods]
+    if report.compare is not None and report.compare not in methods:
+        found.append(f"report.compare: {report.compare!r} is not in study.methods ({', '.join(methods)}); pick one of "
+                     "them, or leave report.compare out (null): dear when the study runs it, else its last method "
+                     "that trains")
+    return found
+
+
+COMPARED = "dear"  # the method of this project: what the report compares with every other when the study runs it
+
+
+def compared(methods: list[str]) -> str:
+    """report.compare's default: dear when listed, else the last method whose recipe trains (a Dassl trainer: not
+    zero-shot CLIP, not a fitted probe), else the last method."""
+    if COMPARED in methods:
+        return COMPARED
+    trained = [name for name in methods if load_recipe(entry(name).recipe).trains]
+    return (trained or methods)[-1]
 
 
 def sanity_on(params: Any) -> bool:

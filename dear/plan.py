@@ -58,6 +58,7 @@ from scipy.optimize import lsq_linear
 from dear.check import split_size
 from dear.data import coop
 from dear.errors import DearError
+from dear.methods.recipe import epochs_for
 from dear.params import Params, validate, world_needed
 from dear.probe import arch_config
 
@@ -265,15 +266,17 @@ def work(params: Params, job: str) -> float:
 
 def length(resolved, images: int, shots: int) -> tuple[float, int, int]:
     """(passes over the training images, steps, forward-only passes before the first step) of one run, as the
-    trainer schedules it (dear.train.trainer.schedule_of): the recipe's epochs, or `iterations_per_shot` x K
-    steps (CLIP-LoRA); `augment_epochs` cache passes (Tip-Adapter-F)."""
+    trainer schedules it (dear.train.trainer.schedule_of): the recipe's epochs, raised to reach `min_steps` as
+    `dear train` raises them, or `iterations_per_shot` x K steps (CLIP-LoRA); `augment_epochs` cache passes
+    (Tip-Adapter-F)."""
     batch = int(resolved.get("batch_size", 1))
     per_shot = resolved.get("iterations_per_shot")
     cache = int(resolved.get("augment_epochs") or 0)
     if per_shot is not None:
         steps = int(per_shot) * shots
         return steps * min(batch, images) / images, steps, cache
-    epochs = int(resolved.get("epochs") or 0)
+    epochs = epochs_for(int(resolved.get("epochs") or 0), batch, images, resolved.get("min_steps"),
+                        resolved.get("drop_last"))
     return epochs, epochs * math.ceil(images / batch), cache
 
 

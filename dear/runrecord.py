@@ -102,6 +102,7 @@ def read_model(path: Path) -> dict:
     return {"file": str(path), "method": method.get("name") if isinstance(method, dict) else method,
             "dataset": meta.get("dataset"), "classes": meta.get("classes"), "seed": meta.get("seed"),
             **({"shots": meta["shots"]} if meta.get("shots") is not None else {}),  # a few-shot run's K
+            "steps": meta.get("steps"),  # optimizer steps taken (0: nothing trained; None: not recorded then)
             "params_sha256": meta.get("params_sha256"),
             "recipe": recipe if recipe is not None else {"train (recorded section)": made_by.get("params", {})
                                                          .get("train")},

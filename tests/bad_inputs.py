@@ -160,6 +160,13 @@ def _data(key: str, value) -> Callable[[dict], None]:
     return lambda raw: raw["data"].__setitem__(key, value)
 
 
+def _not_in_study(raw: dict) -> str:
+    """A registered method the config's study does not run."""
+    from dear.methods import REGISTRY
+
+    return next(name for name in REGISTRY if name not in raw["study"]["methods"])
+
+
 def params_case(id: str, stage: str, given: str, change: Callable[[dict], None], expect: list[str]) -> Case:
     return Case(id, stage, given, expect, lambda i: with_params(stage_args(stage, i, "out")),
                 setup=lambda i, here, patch: params_with(i, here, change) and None)
@@ -180,6 +187,12 @@ PARAMS = [
     params_case("seeds-repeated", "prepare", "data.seeds: [1, 1]", _data("seeds", [1, 1]), ["data.seeds", "twice"]),
     params_case("seed-negative", "prepare", "data.seeds: [-1]", _data("seeds", [-1]), ["data.seeds.0", "greater than"]),
     params_case("seeds-empty", "prepare", "data.seeds: []", _data("seeds", []), ["data.seeds", "at least 1"]),
+    params_case("report-method-not-in-study", "report", "report.methods: a method study.methods does not run",
+                lambda raw: raw["report"].__setitem__("methods", [*raw["study"]["methods"], _not_in_study(raw)]),
+                ["report.methods:", "is not in study.methods", "leave report.methods out (null)"]),
+    params_case("report-compare-not-in-study", "report", "report.compare: a method study.methods does not run",
+                lambda raw: raw["report"].update(methods=None, compare=_not_in_study(raw)),
+                ["report.compare:", "is not in study.methods", "leave report.compare out (null)"]),
     Case("other-params-file", "prepare", "--params other.yaml whose data.root does not exist",
          ["nowhere: data.root not found", "set data.root in other.yaml"],
          lambda i: with_params(stage_args("prepare", i, "out"), "other.yaml"),
@@ -691,6 +704,9 @@ PREDICT = [
          ["no alpha of 1 streams for coop"],
          lambda i: _predict(i, str(i.root / "raw/world_objects/images"), "--fusion", "fusion.json"),
          setup=lambda i, here, patch: (here / "fusion.json").write_text('{"alpha": [0.5, 0.25, 0.25]}') and None),
+    Case("unknown-rule-predict", "predict", "--rule: a name that is not a rule", ["--rule: 'fused' is not a rule",
+                                                                                "by-class, seen, unseen"],
+         lambda i: _predict(i, str(i.root / "raw/world_objects/images"), "--rule", "fused")),
 ]
 
 

@@ -320,3 +320,35 @@ def test_a_few_shot_dataset_with_a_test_split_only_is_refused(tmp_path):
     found = [finding.text for finding in check_file(params)[1] if "study.few_shot" in finding.text]
     assert found == ["study.few_shot.datasets: imagenet-sketch has a test split only (a domain-shift target), so no "
                      "shot can be drawn from it; remove it from study.few_shot.datasets"]
+
+
+def test_a_report_method_the_study_does_not_run_is_refused(tmp_path):
+    """Issue 39: a copied params.yaml kept the demo's report.methods, and the report showed six rows of dashes."""
+    params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
+                  study={"methods": ["zeroshot", "coop"]}, report={"methods": ["zeroshot", "coop", "mmrl"],
+                                                                    "compare": None})
+    result = CliRunner().invoke(app, ["check", "--params", str(params)])
+    assert result.exit_code == 1
+    assert errors(result) == [
+        "error: report.methods: 'mmrl' is not in study.methods (zeroshot, coop); remove it, or leave report.methods "
+        "out (null): it defaults to study.methods"]
+    result = CliRunner().invoke(app, ["check", "--params", str(edit(params, report={"methods": None,
+                                                                                    "compare": "dear"}))])
+    assert errors(result) == [
+        "error: report.compare: 'dear' is not in study.methods (zeroshot, coop); pick one of them, or leave "
+        "report.compare out (null): dear when the study runs it, else its last method that trains"]
+    fine = edit(params, report={"methods": None, "compare": None})
+    assert CliRunner().invoke(app, ["check", "--params", str(fine)]).exit_code == 0
+
+
+@pytest.mark.parametrize("methods, compared", [(["zeroshot", "coop", "dear", "mmrl"], "dear"),
+                                               (["zeroshot", "coop", "mmrl", "linear_probe"], "mmrl"),
+                                               (["linear_probe", "zeroshot"], "zeroshot")])
+def test_the_report_defaults_to_the_study_s_methods_and_compares_dear_else_the_last_trained(tmp_path, methods,
+                                                                                         compared):
+    from dear.params import load_params
+
+    params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
+                  study={"methods": methods}, report={"methods": None, "compare": None})
+    loaded = load_params(params)
+    assert (loaded.report_methods, loaded.report_compare) == (methods, compared)

@@ -224,18 +224,18 @@ def test_measured_paragraphs_carry_a_date_and_a_command():
     assert not bad, f"measured figures without their date and command: {bad}"
 
 
-RESULTS = """protocol,source,dataset,row,method,metric,mean,std,n_seeds,seeds,missing_seeds,std_warning,seed1,seed2
-base_to_novel,a,a,dataset,zeroshot,base,80.0,0.0,2,1;2,,False,80.0,80.0
-base_to_novel,a,a,dataset,zeroshot,novel,60.0,0.0,2,1;2,,False,60.0,60.0
-base_to_novel,a,a,dataset,zeroshot,hm,68.571429,0.0,2,1;2,,False,68.571429,68.571429
-base_to_novel,a,a,dataset,dear,base,90.0,1.0,2,1;2,,False,89.0,91.0
-base_to_novel,a,a,dataset,dear,novel,,,0,,1;2,False,,
-base_to_novel,a,a,dataset,dear,hm,,,0,,1;2,False,,
-base_to_novel,,Average,average,zeroshot,base,80.0,0.0,2,1;2,,False,80.0,80.0
-base_to_novel,,Average,average,zeroshot,novel,60.0,0.0,2,1;2,,False,60.0,60.0
-base_to_novel,,Average,average,zeroshot,hm,68.571429,0.0,2,1;2,,False,68.571429,68.571429
-cross_dataset,a,b,dataset,zeroshot,accuracy,70.0,0.0,2,1;2,,False,70.0,70.0
-cross_dataset,a,Average,average,zeroshot,accuracy,70.0,0.0,2,1;2,,False,70.0,70.0
+RESULTS = """protocol,source,dataset,row,method,metric,mean,std,ci_low,ci_high,n_seeds,seeds,missing_seeds,std_warning,seed1,seed2
+base_to_novel,a,a,dataset,zeroshot,base,80.0,0.0,80.0,80.0,2,1;2,,False,80.0,80.0
+base_to_novel,a,a,dataset,zeroshot,novel,60.0,0.0,60.0,60.0,2,1;2,,False,60.0,60.0
+base_to_novel,a,a,dataset,zeroshot,hm,68.571429,0.0,68.571429,68.571429,2,1;2,,False,68.571429,68.571429
+base_to_novel,a,a,dataset,dear,base,90.0,1.0,81.015356,98.984644,2,1;2,,False,89.0,91.0
+base_to_novel,a,a,dataset,dear,novel,,,,,0,,1;2,False,,
+base_to_novel,a,a,dataset,dear,hm,,,,,0,,1;2,False,,
+base_to_novel,,Average,average,zeroshot,base,80.0,0.0,80.0,80.0,2,1;2,,False,80.0,80.0
+base_to_novel,,Average,average,zeroshot,novel,60.0,0.0,60.0,60.0,2,1;2,,False,60.0,60.0
+base_to_novel,,Average,average,zeroshot,hm,68.571429,0.0,68.571429,68.571429,2,1;2,,False,68.571429,68.571429
+cross_dataset,a,b,dataset,zeroshot,accuracy,70.0,0.0,70.0,70.0,2,1;2,,False,70.0,70.0
+cross_dataset,a,Average,average,zeroshot,accuracy,70.0,0.0,70.0,70.0,2,1;2,,False,70.0,70.0
 """
 SANITY = {"a": {"top1": 0.5, "chance": 0.25, "classes": 4, "images": 8, "base_top1": 0.75, "base_chance": 0.5,
                 "novel_top1": 0.25, "novel_chance": 0.5}}

@@ -215,6 +215,8 @@ def test_a_dataset_of_ones_own_gets_the_neutral_recipe_and_its_template(tmp_path
         for key, setting in recipe.settings.items():
             if key == "template":
                 assert setting.value == "a close photo of a {}." and setting.source == "data.custom.mine.template"
+            elif key == "min_steps":  # the one value of ours for every dataset of one's own (dassl.yaml `own`)
+                assert setting.kind == "ours" and neutral.settings[key].value is None
             else:
                 assert setting == neutral.settings[key], (method, key)
         if "template" in recipe.settings:

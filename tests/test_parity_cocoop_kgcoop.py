@@ -254,7 +254,7 @@ def test_the_paper_config_trains_cocoop_as_its_config():
         assert run.values == {"optimizer": "sgd", "lr": 2e-3, "momentum": 0.9, "weight_decay": 5e-4,
                               "schedule": "cosine", "epochs": 10, "warmup_epochs": 1, "warmup_lr": 1e-5,
                               "batch_size": 1, "crop_scale": [0.08, 1.0], "flip_prob": 0.5,
-                              "interpolation": "bicubic", "precision": "fp16", "views": None,
+                              "interpolation": "bicubic", "precision": "fp16", "views": None, "min_steps": None,
                               "ctx_init": "a photo of a", "n_ctx": 4}
     assert "xd_train.sh" in params.train.recipe("cocoop", "imagenet", "transfer").settings["epochs"].source
 
@@ -267,7 +267,7 @@ def test_the_paper_config_trains_kgcoop_as_its_config_and_script():
         assert run.values == {"optimizer": "sgd", "lr": 2e-3, "momentum": 0.9, "weight_decay": 5e-4,
                               "schedule": "cosine", "epochs": 25 if transfer else 100, "warmup_epochs": 1,
                               "warmup_lr": 1e-5, "batch_size": 128, "crop_scale": [0.08, 1.0], "flip_prob": 0.5,
-                              "interpolation": "bicubic", "precision": "fp16", "views": None,
+                              "interpolation": "bicubic", "precision": "fp16", "views": None, "min_steps": None,
                               "ctx_init": "a photo of a", "n_ctx": 4, "template": KGCOOP_TEMPLATES[dataset],
                               "kg_weight": 8.0}, (dataset, protocol)
         ours = {key for key, s in run.settings.items() if s.kind != "authors"}

@@ -243,7 +243,8 @@ def test_a_recipe_maple_cannot_build_is_a_one_line_error(clip, changes, match):
 # --- the recipe: the paper config is their configs ----------------------------------------------
 
 PAPER = fake_run.ROOT / "configs/paper-vitb16.yaml"
-DASSL = {"momentum": 0.9, "weight_decay": 5e-4, "crop_scale": [0.08, 1.0], "flip_prob": 0.5, "views": None}
+DASSL = {"momentum": 0.9, "weight_decay": 5e-4, "crop_scale": [0.08, 1.0], "flip_prob": 0.5, "views": None,
+         "min_steps": None}  # Dassl trains exactly its epochs: no minimum of steps on the built-in datasets
 EXTEND_CFG = {"n_ctx": 2, "ctx_init": "a photo of a", "precision": "fp16", "prompt_depth": 9}
 B2N = {**DASSL, **EXTEND_CFG, "batch_size": 4, "interpolation": "bicubic", "optimizer": "sgd", "lr": 3.5e-3,
        "epochs": 5, "schedule": "cosine", "warmup_epochs": 1, "warmup_lr": 1e-5}  # vit_b16_c2_ep5_batch4_2ctx.yaml

@@ -244,7 +244,8 @@ def test_the_aggregate_is_the_weighted_sum_of_the_epochs_tensors(clip):
 # --- the paper config is their recipe -------------------------------------------------------------
 
 PAPER = fake_run.ROOT / "configs/paper-vitb16.yaml"
-DASSL = {"momentum": 0.9, "weight_decay": 5e-4, "crop_scale": [0.08, 1.0], "flip_prob": 0.5, "views": None}
+DASSL = {"momentum": 0.9, "weight_decay": 5e-4, "crop_scale": [0.08, 1.0], "flip_prob": 0.5, "views": None,
+         "min_steps": None}  # Dassl trains exactly its epochs: no minimum of steps on the built-in datasets
 THEIRS = {  # train.py extend_cfg, then configs/trainers/PromptSRC/<file>.yaml, over Dassl's defaults
     "base_to_novel": {**DASSL, "batch_size": 4, "interpolation": "bicubic", "optimizer": "sgd", "lr": 0.0025,
                       "epochs": 20, "schedule": "cosine", "warmup_epochs": 1, "warmup_lr": 1e-5, "n_ctx_vision": 4,

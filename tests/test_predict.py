@@ -56,7 +56,9 @@ def test_predict_labels_a_folder_with_the_trained_classes(project, tmp_path):
     with open(tmp_path / "out/predictions.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert [row["path"] for row in rows] == [row["path"] for row in table]
-    assert list(rows[0]) == ["path", "class_1", "probability_1", "class_2", "probability_2", "error"]
+    assert list(rows[0]) == ["path", "class_1", "probability_1", "rule_1", "class_2", "probability_2", "rule_2",
+                             "error"]
+    assert {row["rule_1"] for row in rows} == {"seen"}
     made_by = read_provenance(tmp_path / "out/predictions.parquet")
     assert made_by["seen"] is True and made_by["classnames"] == base and made_by["method"] == "dear"
     assert made_by["inputs_sha256"]["model"] == sha256_file(root / "runs/dear/world_objects/train/seed1/model.pt")
@@ -77,16 +79,45 @@ def test_a_bad_image_is_listed_and_the_rest_are_labelled(project, tmp_path):
     assert "gone.png" in rows[2]["error"]
 
 
-def test_classes_never_trained_on_are_scored_by_the_rule_for_unseen_classes(project, tmp_path):
+def test_each_class_is_scored_by_the_rule_evaluate_uses_for_it(project, tmp_path):
+    """Issue 39: a list of every class switched the trained ones to the unseen-class rule too (4 of 6 images became
+    one novel class). By class, a trained class keeps its score: among the trained classes the probabilities are
+    those of the trained list alone, so an image's top class changes only to a class never trained on."""
     root, params = project
     manifest = read_manifest(root / "data/world_objects").to_pylist()
     every = sorted({row["classname"] for row in manifest})
+    base = sorted({row["classname"] for row in manifest if row["subset"] == "base"})
     (tmp_path / "classes.txt").write_text("\n".join(every) + "\n")
-    image = manifest[0]["path"]
-    predict(project, image, tmp_path / "out", "--class-list", tmp_path / "classes.txt", "--top-k", 4)
-    row = pq.read_table(tmp_path / "out/predictions.parquet").to_pylist()[0]
-    assert sorted(row["classes"]) == every
-    assert read_provenance(tmp_path / "out/predictions.parquet")["seen"] is False
+    (tmp_path / "base.txt").write_text("\n".join(base) + "\n")
+    images = [row["path"] for row in manifest if row["split"] == "test" and row["subset"] == "base"]
+    (tmp_path / "images.txt").write_text("\n".join(images) + "\n")
+    predict(project, tmp_path / "images.txt", tmp_path / "alone", "--class-list", tmp_path / "base.txt",
+            "--top-k", len(base))
+    predict(project, tmp_path / "images.txt", tmp_path / "mixed", "--class-list", tmp_path / "classes.txt",
+            "--top-k", len(every))
+    alone = pq.read_table(tmp_path / "alone/predictions.parquet").to_pylist()
+    mixed = pq.read_table(tmp_path / "mixed/predictions.parquet").to_pylist()
+    for before, after in zip(alone, mixed):
+        assert after["rules"] == ["seen" if name in base else "unseen" for name in after["classes"]]
+        trained = {name: p for name, p in zip(after["classes"], after["probabilities"]) if name in base}
+        share = sum(trained.values())
+        assert {name: p / share for name, p in trained.items()} == pytest.approx(
+            dict(zip(before["classes"], before["probabilities"])), rel=1e-4)
+        assert after["classes"][0] == before["classes"][0] or after["classes"][0] not in base
+    made_by = read_provenance(tmp_path / "mixed/predictions.parquet")
+    assert made_by["rule"] == "by-class" and made_by["seen"] is False
+    assert made_by["class_rules"] == {name: "seen" if name in base else "unseen" for name in every}
+    with open(tmp_path / "mixed/predictions.csv") as handle:
+        first = next(csv.DictReader(handle))
+    assert first["rule_1"] == mixed[0]["rules"][0]
+
+    # --rule unseen: every class by the unseen-class rule (what a mixed list did before), said in every row
+    predict(project, images[0], tmp_path / "unseen", "--class-list", tmp_path / "classes.txt", "--rule", "unseen")
+    row = pq.read_table(tmp_path / "unseen/predictions.parquet").to_pylist()[0]
+    assert set(row["rules"]) == {"unseen"}
+    result = predict(project, images[0], tmp_path / "bad", "--rule", "fused", code=1)
+    assert "--rule: 'fused' is not a rule; use one of by-class, seen, unseen" in result.output
+    assert not (tmp_path / "bad").exists()
 
 
 def test_all_images_bad_is_an_error_and_writes_nothing(project, tmp_path):
@@ -105,3 +136,13 @@ def test_the_api_page_loads_a_pipeline_model(project, monkeypatch, capsys):
     name, _, predicted = capsys.readouterr().out.strip().splitlines()[-1].partition(" ")
     base = {row["classname"] for row in read_manifest(root / "data/world_objects").to_pylist() if row["subset"] == "base"}
     assert name == "dear" and predicted in base
+
+
+def test_load_trained_without_roles_names_the_argument(project):
+    from dear import api
+    from dear.errors import DearError
+
+    root, _ = project
+    with pytest.raises(DearError, match=r"method dear needs the roles table it was trained with; pass it: "
+                                        r"load_trained\(model_pt, backbone, roles="):
+        api.load_trained(root / "runs/dear/world_objects/train/seed1/model.pt", root / "backbone")

@@ -200,6 +200,7 @@ def write_params(root: Path, **report) -> Path:
                             decimals=2, reference=True, loss_smoothing=3, dpi=50, compare="dear", confidence=0.95,
                             bootstrap_resamples=1000)
     params["report"].update(report)
+    params["study"]["methods"] = params["report"]["methods"]  # the report shows the study's methods (dear check)
     path = root / f"params-{len(list(root.glob('params-*')))}.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path
@@ -575,3 +576,74 @@ def test_paper_latex_tables_compile_with_booktabs(world, tmp_path):
                                 cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stdout[-2000:]
         assert (tmp_path / f"main-{name}.pdf").stat().st_size > 1000
+
+
+def _drawn(figure):
+    """`figure` laid out as savefig lays it out (constrained layout), and its renderer."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def _assert_inside(figure, renderer) -> None:
+    """Every legend, title and panel title lies within the figure (issue 39: cut off at both edges)."""
+    page = figure.bbox
+    texts = [*figure.legends, *figure.texts, *[ax.title for ax in figure.axes if ax.get_visible()]]
+    for artist in texts:
+        box = artist.get_window_extent(renderer)
+        assert page.x0 - 0.5 <= box.x0 and box.x1 <= page.x1 + 0.5 and page.y0 - 0.5 <= box.y0 \
+            and box.y1 <= page.y1 + 0.5, f"{artist} is cut off: {box} outside {page}"
+
+
+def test_pictures_show_the_methods_that_ran_with_the_tables_intervals_and_nothing_cut_off(world):
+    """Issue 39: base_novel.png left out the methods that ran, drew empty groups for the listed ones that did not,
+    called its whiskers a std while the tables give 95% intervals; loss_curves.png was cut off at both edges."""
+    from matplotlib.container import BarContainer, ErrorbarContainer
+
+    from dear.report import plots
+    from dear.report.train_logs import read_train_logs
+
+    results = pd.read_csv(world["out"] / "results.csv", keep_default_na=False, na_values=[""])
+    listed = ["zeroshot", "coop", "dear_nomask", "dear"]  # dear_nomask listed, never run
+    figure = plots.base_novel_figure(results, listed, 0.95)
+    renderer = _drawn(figure)
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["zeroshot", "coop", "dear"]
+    assert "bars the mean over seeds, whiskers its 95% interval over seeds" in figure.texts[0].get_text()
+    _assert_inside(figure, renderer)
+    rows = results[results["protocol"] == "base_to_novel"]
+    panels = [ax for ax in figure.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == ["dsA", "dsB", "Average of 2 datasets (HM of averages)"]
+    for ax, dataset in zip(panels, ["dsA", "dsB", "Average"]):
+        bars = [patch for container in ax.containers if isinstance(container, BarContainer)
+                for patch in container.patches]
+        assert len(bars) == 3 * 3  # three methods ran, three metrics each: no empty group
+        mine = rows[(rows["dataset"] == dataset) & rows["method"].isin(["zeroshot", "coop", "dear"])]
+        bottom, top = ax.get_ylim()
+        assert bottom == 0 and top >= max(100.0, mine["ci_high"].max()), "a whisker ends above the axis"
+        whiskers = sorted(round(y, 6) for container in ax.containers if isinstance(container, ErrorbarContainer)
+                          for line in container.lines[2] for segment in line.get_segments() for _, y in segment)
+        expected = sorted(round(y, 6) for y in [*mine["ci_low"].fillna(mine["mean"]),
+                                                *mine["ci_high"].fillna(mine["mean"])])
+        assert whiskers == pytest.approx(expected, abs=1e-6)  # the tables' interval, not a std
+
+    # ten methods on two panels: the legend wraps into rows that fit the figure
+    many = pd.concat([rows[rows["method"] == "coop"].assign(method=f"method_number_{i}") for i in range(10)])
+    many = many[many["dataset"].isin(["dsA", "Average"])]
+    names = [f"method_number_{i}" for i in range(10)]
+    figure = plots.base_novel_figure(many, names, 0.9)
+    renderer = _drawn(figure)
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == names
+    assert "its 90% interval" in figure.texts[0].get_text()
+    _assert_inside(figure, renderer)
+
+    logs = read_train_logs(world["logs"])  # one training dataset: the narrowest figure
+    figure = plots.loss_figure(logs, listed, 3)
+    renderer = _drawn(figure)
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["coop", "dear", "seed 1", "seed 2"]
+    _assert_inside(figure, renderer)
+    (ax,) = [ax for ax in figure.axes if ax.get_visible()]
+    assert ax.get_xlim()[0] <= logs["step"].min() and ax.get_xlim()[1] >= logs["step"].max()
+    low, high = ax.get_ylim()
+    assert all(low <= y <= high for line in ax.get_lines() for y in line.get_ydata())

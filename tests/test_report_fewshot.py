@@ -148,7 +148,7 @@ def test_the_figure_has_a_log_shot_axis_a_line_per_method_and_seed_bands(world, 
     figures = []
     monkeypatch.setattr(plots, "_png", lambda figure, dpi: figures.append(figure) or b"")
     results = pd.read_csv(world["out"] / "results.csv")
-    plots.few_shot_png(results, ["zeroshot", "linear_probe", "coop"], 50)
+    plots.few_shot_png(results, ["zeroshot", "linear_probe", "coop"], 0.95, 50)
     axes = [ax for ax in figures[0].axes if ax.get_visible()]
     assert [ax.get_title() for ax in axes] == ["Average over 2 datasets", "dsA", "dsB"]
     for ax in axes:

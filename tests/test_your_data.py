@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -75,6 +76,14 @@ def test_the_page_runs_to_a_report_with_every_method(engine, request):
         assert (root / f"runs/{method}/shapes/eval/seed1/eval.parquet").is_file()
         assert re.search(rf"\n\| {method} \| \**\d+\.\d+\**? \| \**\d+\.\d+", results), method  # base and novel
     assert "shapes" in results
+    from dear.methods import REGISTRY
+    from dear.methods.recipe import FEWEST_STEPS
+
+    others = [method for method in REGISTRY if method not in config["study"]["methods"]]
+    assert not [method for method in others if f"\n| {method} |" in results], "the report shows methods not run"
+    for method in ("coop", "dear"):  # the page's small dataset: its runs take at least the fewest steps
+        log = pq.read_table(root / f"runs/{method}/shapes/train/seed1/train_log.parquet")
+        assert log.num_rows >= FEWEST_STEPS and "Short training" not in results
 
 
 def test_both_engines_make_the_same_manifest_and_picks(snakemake_run, dvc_run):

@@ -131,6 +131,10 @@ def recipe_table(root: Path, method: str, source: str = "imagenet", demo_dataset
         if targets:  # values a target is scored with (MMRL++'s BETA): `dear evaluate` hands the model its recipe there
             variants.append("transfer targets: " + ", ".join(f"{ds} {_value(s.value)}" for ds, s in targets.items())
                             + f" ({_file(next(iter(targets.values())).source)})")
+        yours = resolve({}, method, "", "base_to_novel", own=True).settings[key]
+        if yours.value != setting.value:
+            variants.append(f"a dataset of your own: {_value(yours.value)} ({yours.kind}: "
+                            "[docs/your-data.md](your-data.md#training-lengths))")
         mine = demo.settings[key]
         rows.append([f"`{key}`", _value(setting.value), f"{setting.kind}: {_file(setting.source)}",
                      "; ".join(variants) or "—", _value(mine.value) if mine.differs or mine.kind == "ours" else "="])

@@ -64,8 +64,9 @@ def draw(root: Path) -> Path:
     """docs/img/base_novel.png from the snapshot's results.csv, as `dear report` draws report/base_novel.png."""
     from dear.report.plots import base_novel_png
 
-    report = load_params(root / "params.yaml").report
-    write_bytes(root / PICTURE, base_novel_png(_results(root), list(report.methods), report.dpi))
+    params = load_params(root / "params.yaml")
+    write_bytes(root / PICTURE, base_novel_png(_results(root), params.report_methods, params.report.confidence,
+                                               params.report.dpi))
     return root / PICTURE
 
 
@@ -90,7 +91,7 @@ def demo_results(root: Path) -> str:
     b2n = results[results["protocol"] == "base_to_novel"]
     datasets = list(dict.fromkeys(b2n.loc[b2n["row"] == "dataset", "dataset"]))
     transfer = [p for p in TRANSFER if (results["protocol"] == p).any()]
-    listed = list(load_params(root / "params.yaml").report.methods)
+    listed = load_params(root / "params.yaml").report_methods
     methods = listed + sorted(set(results["method"]) - set(listed))
     rows = [[method, *[_cell(b2n, "Average", method, metric, std=True) for metric in ("base", "novel", "hm")],
              *[_cell(b2n, dataset, method, "hm") for dataset in datasets],
@@ -135,7 +136,8 @@ def demo_card(root: Path) -> str:
 
 def demo_picture(root: Path) -> str:
     """The README's picture: the snapshot's base/novel/HM bars, and which run they show."""
-    run = _run(root)
+    run, confidence = _run(root), load_params(root / "params.yaml").report.confidence
     return (f"![Base, Novel and HM accuracy per dataset and method on the embedded world]({PICTURE.as_posix()})\n\n"
-            f"*Base-to-novel accuracy of {_source(run)} on the embedded world, per dataset and averaged "
-            f"(mean ± std over seeds); the numbers are under [Results](#results-of-the-embedded-demo).*")
+            f"*Base-to-novel accuracy of {_source(run)} on the embedded world, per dataset and averaged (bars: the "
+            f"mean over seeds, whiskers: its {confidence * 100:g}% interval); the numbers are under "
+            f"[Results](#results-of-the-embedded-demo).*")

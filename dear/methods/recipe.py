@@ -14,7 +14,10 @@ authors' values as layers, each naming the file of the authors' repository
   `recipe` for every shot count, `shots: {K: ...}` per shot count (CoOp's
   epochs), `datasets: {ds: ...}` per dataset, applied in that order after
   `recipe` and `datasets` (MMRL merges its per-dataset values after its
-  few-shot config file, so they are restated there).
+  few-shot config file, so they are restated there);
+- `own`: the layers of every dataset of one's own (`data.custom`), after the
+  dataset layers: values of ours for data no author tuned a recipe for
+  (`dassl.yaml`: `min_steps`, see `lengthened`).
 `base: dassl` puts the shared Dassl layers (`dassl.yaml`: the trainer's keys
 and defaults) first; `inherit` takes listed keys of another recipe (DeAR takes
 MMRL's optimization, stated as our choice).
@@ -32,6 +35,7 @@ replaced. Nothing here imports torch: `dear recipe` answers in a second.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -131,14 +135,15 @@ class RecipeFile:
     trains: bool  # False: nothing learnable (zero-shot), no trainer keys
     few_shot: FewShot = FewShot()
     transfer_datasets: dict[str, tuple[Layer, ...]] = field(default_factory=dict)  # after `transfer`, per dataset
+    own: tuple[Layer, ...] = ()  # every dataset of one's own (data.custom)
 
-    def layers(self, dataset: str, protocol: str, shots: int | None = None) -> list[Layer]:
-        own = [*self.recipe, *self.datasets.get(dataset, ())]
+    def layers(self, dataset: str, protocol: str, shots: int | None = None, own: bool = False) -> list[Layer]:
+        first = [*self.recipe, *self.datasets.get(dataset, ()), *(self.own if own else ())]
         if protocol == "transfer":
-            return [*own, *self.transfer, *self.transfer_datasets.get(dataset, ())]
+            return [*first, *self.transfer, *self.transfer_datasets.get(dataset, ())]
         if protocol == "few_shot":
-            return [*own, *self.few_shot.layers(dataset, shots)]
-        return own
+            return [*first, *self.few_shot.layers(dataset, shots)]
+        return first
 
 
 def _layers(raw: list, path: Path, keys: dict[str, Key]) -> tuple[Layer, ...]:
@@ -211,6 +216,7 @@ def _load(name: str, path: Path, mtime_ns: int) -> RecipeFile:
                       recipe=(*front, *_layers(raw.get("recipe"), path, keys)), datasets=datasets,
                       transfer=(*inherited_transfer, *_layers(transfer, path, keys)),
                       trains=bool(base), few_shot=_few_shot(raw.get("few_shot") or {}, path, keys, inherited_few_shot),
+                      own=(*(base.own if base else ()), *_layers(raw.get("own"), path, keys)),
                       transfer_datasets={ds: (*inherited_transfer_datasets.get(ds, ()),
                                               *_layers(transfer_datasets.get(ds), path, keys))
                                          for ds in {**inherited_transfer_datasets, **transfer_datasets}})
@@ -328,12 +334,13 @@ class Recipe:
 
 
 def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int | None = None,
-            template: str | None = None) -> Recipe:
+            template: str | None = None, own: bool = False) -> Recipe:
     """The recipe of `method` trained on `dataset` (`protocol`: base_to_novel | transfer | few_shot with `shots`).
 
-    `recipes` is the config's `train.recipes` mapping (already checked by `problems`). `template` is the
-    prompt a dataset of one's own declares (`data.custom.<dataset>.template`): it replaces the recipe's own
-    template, and any `train.recipes` key still overrides it.
+    `recipes` is the config's `train.recipes` mapping (already checked by `problems`). `own`: `dataset` is one
+    of one's own (`data.custom`), which gets the recipe files' `own` layers. `template` is the prompt a dataset
+    of one's own declares (`data.custom.<dataset>.template`): it replaces the recipe's own template, and any
+    `train.recipes` key still overrides it.
     """
     if protocol not in PROTOCOLS:
         raise DearError(f"protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
@@ -342,7 +349,7 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int 
                                                     else "a shot count belongs to the few_shot protocol only"))
     spec = load(entry(method).recipe)
     settings: dict[str, Setting] = {}
-    for layer in spec.layers(dataset, protocol, shots):
+    for layer in spec.layers(dataset, protocol, shots, own):
         for key, value in layer.values.items():
             settings[key] = Setting(value, layer.source, layer.kind)
     authors = {key: s for key, s in settings.items()}
@@ -370,6 +377,48 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int 
         raise DearError(f"{path_of(spec.name)}: no value for {missing}; every key needs a default layer")
     order = list(spec.keys)
     return Recipe(method, spec.name, dataset, protocol, {key: settings[key] for key in order}, tuple(read), shots)
+
+
+# --- how long a run trains -----------------------------------------------------------
+
+# The fewest optimizer steps any baseline's authors train a base-to-novel run with: KgCoOp (batch 128, 100 epochs)
+# and MaPLe (batch 4, 5 epochs) on EuroSAT's 5 base classes x 16 shots, 100 steps (tests/test_training_lengths.py
+# derives it from the recipe files). Datasets of one's own train at least this many (dassl.yaml `own`: min_steps),
+# and a run of fewer steps says so in its log and in the report (docs/your-data.md#training-lengths).
+FEWEST_STEPS = 100
+
+
+def steps_per_epoch(images: int, batch_size: int, drop_last: bool | None = None) -> int:
+    """Dassl's loader: `drop_last = is_train and len(data_source) >= batch_size`, so n // B steps an epoch when
+    the shots hold a full batch, else the one short batch; `drop_last` False keeps the last short batch (a plain
+    DataLoader's default: Tip-Adapter's and CLIP-LoRA's loaders)."""
+    if drop_last is False:
+        return -(-images // batch_size)
+    return images // batch_size if images >= batch_size else 1
+
+
+def epochs_for(epochs: int, batch_size: int, images: int, min_steps: int | None, drop_last: bool | None = None) -> int:
+    """`epochs`, raised to the fewest that reach `min_steps` optimizer steps on `images` (None: as given)."""
+    if min_steps is None:
+        return epochs
+    return max(epochs, -(-min_steps // steps_per_epoch(images, batch_size, drop_last)))
+
+
+def lengthened(recipe: Recipe, images: int) -> Recipe:
+    """`recipe` for a run on `images` training images: its epochs raised to reach `min_steps` steps (a value of
+    ours, with the value it replaced beside it); unchanged without `min_steps` or when the epochs reach it."""
+    if recipe.get("epochs") is None or recipe.get("min_steps") is None:
+        return recipe
+    epochs = epochs_for(recipe.epochs, recipe.batch_size, images, recipe.min_steps, recipe.get("drop_last"))
+    if epochs == recipe.epochs:
+        return recipe
+    known = recipe.settings["epochs"]
+    before = known.authors if known.differs else known.value if known.kind != "ours" else NOT_SET
+    why = (f"min_steps {recipe.min_steps}: {images} training images at batch {recipe.batch_size} make "
+           f"{steps_per_epoch(images, recipe.batch_size, recipe.get('drop_last'))} step(s) an epoch (epochs {known.value} "
+           f"from {known.source})")
+    settings = {**recipe.settings, "epochs": Setting(epochs, why, "ours", before)}
+    return dataclasses.replace(recipe, settings=settings)
 
 
 def _unknown_override(key: str, where: str, spec: RecipeFile) -> None:

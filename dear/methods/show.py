@@ -16,7 +16,7 @@ from dear.methods import entry
 from dear.methods import prompts as prompt_forms
 from dear.methods.layers import Resolved
 from dear.methods.layers import resolve as resolve_layers
-from dear.methods.recipe import Recipe, load
+from dear.methods.recipe import Recipe, lengthened, load, steps_per_epoch
 from dear.params import Params
 
 EXAMPLES = ["golden_retriever", "sea_lion"]  # when the dataset's classes cannot be read (not on this machine)
@@ -63,6 +63,36 @@ def resolved_layers(params: Params, recipe: Recipe) -> list[Resolved]:
     return resolve_layers(recipe.recipe, recipe.values, tower_depths(arch_config(params.model.arch) or {}))
 
 
+def trained_length(params: Params, recipe: Recipe) -> str | None:
+    """What `min_steps` makes of the epochs: on the prepared shots of the config's first seed (`dear train` raises
+    them, `dear.methods.recipe.lengthened`), else the rule; None without min_steps."""
+    if recipe.get("min_steps") is None or recipe.get("epochs") is None:
+        return None
+    rule = (f"min_steps {recipe.min_steps}: the epochs are raised until a run takes at least {recipe.min_steps} "
+            "optimizer steps")
+    images = prepared_shots(params, recipe)
+    if images is None:
+        return f"{rule} (how many: once `dear prepare` has picked the shots)"
+    longer = lengthened(recipe, images)
+    steps = longer.epochs * steps_per_epoch(images, recipe.batch_size)
+    return (f"{rule}: on its {images} prepared training shots (seed {params.data.seeds[0]}), {longer.epochs} epochs "
+            f"of {steps_per_epoch(images, recipe.batch_size)} step(s), {steps} steps")
+
+
+def prepared_shots(params: Params, recipe: Recipe) -> int | None:
+    """The training shots a run of `recipe` reads on the config's first seed, when `prepare` wrote them."""
+    import pyarrow.parquet as pq
+
+    seed = params.data.seeds[0]
+    name = f"fewshot-shots{recipe.shots}-seed{seed}" if recipe.shots is not None else f"fewshot-seed{seed}"
+    path = Path(params.output_root) / "data" / recipe.dataset / f"{name}.parquet"
+    if not path.is_file():
+        return None
+    rows = pq.read_table(path, columns=["subset", "fewshot_split"]).to_pylist()
+    base_only = recipe.protocol == "base_to_novel"
+    return sum(row["fewshot_split"] == "train" and (not base_only or row["subset"] == "base") for row in rows)
+
+
 def prompts_of(recipe: Recipe, classes: list[str]) -> list[str]:
     form = load(recipe.recipe).prompt
     built = [prompt_forms.of_recipe(form, recipe.values, name) for name in classes]
@@ -82,6 +112,9 @@ def as_text(params: Params, recipes: list[Recipe], source: str) -> str:
             mark = "*" if setting.differs else " "
             note = f" (authors: {json.dumps(setting.authors)})" if setting.differs else ""
             lines.append(f"  {mark}{key:<{width}}  {value:<24} {setting.kind}: {setting.source}{note}")
+        trained = trained_length(params, recipe)
+        if trained:
+            lines.append(f"   {trained}")
         layers = resolved_layers(params, recipe)
         if layers:
             lines.append(f"   layers on {params.model.arch}: " + "; ".join(

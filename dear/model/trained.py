@@ -19,7 +19,7 @@ import torch
 from dear.errors import DearError
 from dear.io import load_torch, read_parquet, sha256_file, write_bytes
 from dear.methods import create
-from dear.methods.recipe import Recipe
+from dear.methods.recipe import Recipe, lengthened
 from dear.model import internals as oc
 from dear.model.masks import HeadRole, roles_from_rows
 
@@ -101,6 +101,8 @@ def load_trained(model_pt: Path, backbone, roles_path: Path | None = None, param
                         f"({sha[:12]}...); pass the backbone it was trained on or retrain")
     if params is not None:
         current = params.train.recipe(payload["method"], recipe.dataset, recipe.protocol, recipe.shots)
+        if payload.get("train_images") is not None:  # the epochs min_steps asked for on its training images
+            current = lengthened(current, payload["train_images"])
         changed = sorted(k for k in set(current.values) | set(recipe.values)
                          if current.values.get(k) != recipe.values.get(k))
         if changed:

@@ -33,15 +33,20 @@ def method_colors(methods: list[str]) -> dict[str, tuple]:
     return {method: palette(2 * (index % 10) + (index // 10) % 2) for index, method in enumerate(methods)}
 
 
-def base_novel_png(results: pd.DataFrame, listed_methods: list[str], dpi: int) -> bytes:
-    """One panel per dataset (and the Average): Base, Novel, HM bars per method, ± std over seeds."""
+def base_novel_png(results: pd.DataFrame, listed_methods: list[str], confidence: float, dpi: int) -> bytes:
+    return _png(base_novel_figure(results, listed_methods, confidence), dpi)
+
+
+def base_novel_figure(results: pd.DataFrame, listed_methods: list[str], confidence: float) -> Figure:
+    """One panel per dataset (and the Average): Base, Novel, HM bars per method that has a number, whiskers its
+    interval over seeds at `confidence` (the tables' Student's t interval, `report.confidence`)."""
     rows = results[results["protocol"] == "base_to_novel"]
     datasets = list(dict.fromkeys(rows.loc[rows["row"] == "dataset", "dataset"]))
     if not datasets:
-        return _message_png("Base-to-novel: no results in the eval tables", dpi)
+        return _message("Base-to-novel: no results in the eval tables")
     panels = datasets + [AVERAGE]
-    methods = method_order(listed_methods, rows["method"])
-    colors = method_colors(methods)
+    colors = method_colors(method_order(listed_methods, rows["method"]))  # a method's colour in every picture
+    methods = _with_numbers(rows, listed_methods)  # a listed method without a number would be an empty group
     columns = min(len(panels), 3)
     lines = -(-len(panels) // columns)
     figure = Figure(figsize=(4.2 * columns, 3.4 * lines + 0.9), layout="constrained")
@@ -52,31 +57,53 @@ def base_novel_png(results: pd.DataFrame, listed_methods: list[str], dpi: int) -
                      fontsize=10)
     for ax in axes[len(panels):]:
         ax.set_visible(False)
-    handles = [Line2D([], [], color=colors[m], linewidth=8) for m in methods]
-    figure.legend(handles, methods, loc="outside lower center", ncols=len(methods), frameon=False)
-    figure.suptitle("Base-to-novel accuracy (mean ± std over seeds; n/a = missing)", fontsize=11)
-    return _png(figure, dpi)
+    _legend(figure, [Line2D([], [], color=colors[m], linewidth=8) for m in methods], methods)
+    intervals = rows[rows["method"].isin(methods)]["ci_low"].notna().any()
+    whiskers = (f"whiskers its {confidence * 100:g}% interval over seeds (Student's t, as in the tables)"
+                if intervals else "no whiskers: one seed has no interval")
+    missing = " n/a: no number." if _has_gaps(rows, methods) else ""
+    figure.suptitle(f"Base-to-novel accuracy: bars the mean over seeds, {whiskers}.{missing}", fontsize=11, wrap=True)
+    return figure
+
+
+def _with_numbers(rows: pd.DataFrame, listed: list[str]) -> list[str]:
+    """The methods, in the tables' order, with at least one number among `rows`."""
+    having = set(rows.loc[rows["mean"].notna(), "method"])
+    return [method for method in method_order(listed, rows["method"]) if method in having]
+
+
+def _has_gaps(rows: pd.DataFrame, methods: list[str]) -> bool:
+    """Whether a shown method lacks a number of some panel and metric (drawn as n/a)."""
+    return bool(rows.loc[rows["method"].isin(methods) & rows["metric"].isin(B2N_METRICS), "mean"].isna().any())
 
 
 def _bars(ax, rows: pd.DataFrame, methods: list[str], colors: dict) -> None:
-    width = 0.8 / len(methods)
+    width = 0.8 / max(1, len(methods))
     x = np.arange(len(B2N_METRICS))
+    top = 100.0
     for index, method in enumerate(methods):
         mine = rows[rows["method"] == method].set_index("metric").reindex(B2N_METRICS)
         offset = x - 0.4 + width * (index + 0.5)
-        means, stds = mine["mean"].to_numpy(float), mine["std"].to_numpy(float)
+        means = mine["mean"].to_numpy(float)                                          # [3]
+        low, high = mine["ci_low"].to_numpy(float), mine["ci_high"].to_numpy(float)  # [3], NaN: one seed
         present = ~np.isnan(means)
-        ax.bar(offset[present], means[present], width, yerr=np.nan_to_num(stds[present]),
-               color=colors[method], capsize=2, error_kw={"linewidth": 0.8})
+        errors = np.nan_to_num(np.stack([means - low, high - means])[:, present])    # [2, present]
+        ax.bar(offset[present], means[present], width, yerr=errors, color=colors[method], capsize=2,
+               error_kw={"linewidth": 0.8})
+        top = max(top, float(np.nanmax(np.append(high[present], 0.0))))
         for position in offset[~present]:
             ax.text(position, 2, "n/a", rotation=90, ha="center", va="bottom", fontsize=7, color="0.4")
     ax.set_xticks(x, [m.upper() if m == "hm" else m.capitalize() for m in B2N_METRICS])
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, top if top == 100.0 else top + 2)  # an interval reaching past 100 is drawn whole
     ax.set_ylabel("accuracy (%)")
     ax.grid(axis="y", alpha=0.3)
 
 
-def few_shot_png(results: pd.DataFrame, listed_methods: list[str], dpi: int) -> bytes:
+def few_shot_png(results: pd.DataFrame, listed_methods: list[str], confidence: float, dpi: int) -> bytes:
+    return _png(few_shot_figure(results, listed_methods, confidence), dpi)
+
+
+def few_shot_figure(results: pd.DataFrame, listed_methods: list[str], confidence: float) -> Figure:
     """Accuracy against shots, the papers' figure: the Average panel first, then one per dataset.
 
     One line per method (its colour in every picture), the seeds' interval as a band around it, a log-scale
@@ -84,7 +111,7 @@ def few_shot_png(results: pd.DataFrame, listed_methods: list[str], dpi: int) -> 
     """
     rows = results[results["protocol"].map(shots_of).notna()].assign(shots=lambda f: f["protocol"].map(shots_of))
     if rows.empty:
-        return _message_png("Few-shot learning: no results in the eval tables", dpi)
+        return _message("Few-shot learning: no results in the eval tables")
     datasets = sorted(rows.loc[rows["row"] == "dataset", "dataset"].unique())
     panels = [AVERAGE] + datasets
     methods = method_order(listed_methods, rows["method"])
@@ -119,20 +146,25 @@ def few_shot_png(results: pd.DataFrame, listed_methods: list[str], dpi: int) -> 
         ax.set_visible(False)
     shown = [m for m in methods if m in drawn]
     handles = [Line2D([], [], color=colors[m], marker="o", markersize=3.5, linewidth=1.4) for m in shown]
-    figure.legend(handles, shown, loc="outside lower center", ncols=max(1, min(len(shown), 6)), frameon=False)
-    figure.suptitle("Few-shot learning: accuracy against shots per class (mean over seeds, band: its interval)",
-                    fontsize=11)
-    return _png(figure, dpi)
+    _legend(figure, handles, shown)
+    figure.suptitle(f"Few-shot learning: accuracy against shots per class (line: the mean over seeds; band: its "
+                    f"{confidence * 100:g}% interval over seeds, Student's t, as in the tables)", fontsize=11,
+                    wrap=True)
+    return figure
 
 
 def loss_png(logs: pd.DataFrame, listed_methods: list[str], smoothing: int, dpi: int) -> bytes:
+    return _png(loss_figure(logs, listed_methods, smoothing), dpi)
+
+
+def loss_figure(logs: pd.DataFrame, listed_methods: list[str], smoothing: int) -> Figure:
     """One panel per training dataset: total loss per step, a colour per method, a line style per seed.
 
     The steps where the tokens were still fading in (`fade` < 1) are shaded: there the
     token methods' loss may rise, as their streams leave the CLS feature they start from.
     """
     if logs.empty:
-        return _message_png("Training loss: no train logs given (zero-shot runs do not train)", dpi)
+        return _message("Training loss: no train logs given (zero-shot runs do not train)")
     datasets = sorted(logs["dataset"].unique())
     methods = method_order(listed_methods, logs["method"])
     methods = [m for m in methods if m in set(logs["method"])]
@@ -164,16 +196,31 @@ def loss_png(logs: pd.DataFrame, listed_methods: list[str], smoothing: int, dpi:
     if "fade" in logs and (logs["fade"] < 1).any():
         handles.append(Patch(color="0.9"))
         labels.append("tokens fading in")
-    figure.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
+    _legend(figure, handles, labels)
     shown = "raw values" if window == 1 else f"moving average over {window} steps"
-    figure.suptitle(f"Training loss: each method's own objective ({shown})", fontsize=11)
-    return _png(figure, dpi)
+    figure.suptitle(f"Training loss: each method's own objective ({shown})", fontsize=11, wrap=True)
+    return figure
 
 
-def _message_png(text: str, dpi: int) -> bytes:
+def _legend(figure: Figure, handles: list, labels: list[str]) -> None:
+    """The figure's legend below its panels, in as many columns as fit its width (a row of every entry was cut
+    off at both edges of a narrow figure: issue 39)."""
+    canvas = FigureCanvasAgg(figure)
+    for columns in range(max(1, len(labels)), 0, -1):
+        legend = figure.legend(handles, labels, loc="outside lower center", ncols=columns, frameon=False)
+        if columns == 1 or _inside(legend.get_window_extent(canvas.get_renderer()), figure):
+            return
+        legend.remove()
+
+
+def _inside(box, figure: Figure) -> bool:
+    return box.x0 >= figure.bbox.x0 - 0.5 and box.x1 <= figure.bbox.x1 + 0.5
+
+
+def _message(text: str) -> Figure:
     figure = Figure(figsize=(6, 1.5))
-    figure.text(0.5, 0.5, text, ha="center", va="center")
-    return _png(figure, dpi)
+    figure.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
+    return figure
 
 
 def _png(figure: Figure, dpi: int) -> bytes:

@@ -5,15 +5,20 @@ its roles table; optionally the `fusion.json` of `dear fuse`) and images: a
 folder (every image file below it, torchvision's extensions, hidden files
 skipped) or a text file listing one path per line (relative to the list).
 The class list is the one the model was trained on, or a file of class names
-(one per line), which may hold classes never trained on: a base-to-novel
-model then scores them by its rule for unseen classes (`fusion.novel`; MMRL:
-the CLS stream alone), as `dear evaluate` scores novel classes.
+(one per line), which may mix trained classes and classes never trained on.
+Each class is scored by the rule `dear evaluate` uses for it (`--rule by-class`,
+the default): a class the model was trained on by the method's output on seen
+classes (DeAR and MMRL: the fused streams), any other by its rule for unseen
+classes (DeAR: `fusion.novel`; MMRL: the CLS stream alone), so adding classes
+to the list never changes a trained class's score, only the classes it
+competes with. `--rule seen` or `unseen` scores every class by one of the two
+(evaluate's `fused` stream rows are the first on novel classes).
 
 Writes into the output folder `predictions.parquet` (one row per image: its
-path, the top-k classes and their probabilities, or the error that kept it
-out; provenance in the metadata) and the same rows as `predictions.csv`. An
-image that cannot be read is listed with its error, not fatal; if no image
-can be read, nothing is written.
+path, the top-k classes, their probabilities and the rule that scored each,
+or the error that kept it out; provenance in the metadata, with every class's
+rule) and the same rows as `predictions.csv`. An image that cannot be read is
+listed with its error, not fatal; if no image can be read, nothing is written.
 """
 
 from __future__ import annotations
@@ -42,8 +47,11 @@ SCHEMA = pa.schema([
     pa.field("path", pa.string(), nullable=False),  # as listed (a folder's files: below the folder given)
     pa.field("classes", pa.list_(pa.string()), nullable=False),  # top-k, most probable first ([] on error)
     pa.field("probabilities", pa.list_(pa.float64()), nullable=False),  # softmax over the whole class list
+    pa.field("rules", pa.list_(pa.string()), nullable=False),  # the rule that scored each of `classes` (RULES)
     pa.field("error", pa.string(), nullable=True),  # why the image was not scored (null: scored)
 ])
+SEEN, UNSEEN = "seen", "unseen"  # a class's rule: the method's output on trained classes | on classes never trained on
+RULES = ("by-class", SEEN, UNSEEN)  # --rule: each class by the rule evaluate uses for it | every class by one rule
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,7 @@ class Inputs:
     fusion: Path | None = None  # fusion.json of `dear fuse` (None: the trained alpha)
     class_list: Path | None = None  # a text file of class names (None: the classes the model was trained on)
     top_k: int = 5
+    rule: str = "by-class"  # RULES: how each class of the list is scored
 
 
 @dataclass(frozen=True)
@@ -70,16 +79,18 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
 
     if inputs.top_k < 1:
         raise DearError(f"--top-k: {inputs.top_k}; give at least 1")
+    if inputs.rule not in RULES:
+        raise DearError(f"--rule: {inputs.rule!r} is not a rule; use one of {', '.join(RULES)}")
     paths = image_paths(inputs.images)
     trained = read_trained(inputs.model)
     classnames, seen = class_list(inputs.class_list, trained.get("classnames") or [], inputs.model)
+    rules = class_rules(classnames, trained.get("classnames") or [], inputs.rule)
     model, precision = evaluation.prepared(load_trained(inputs.model, load_backbone(inputs.backbone), inputs.roles),
                                            params.compute)
     alpha = fusion_alpha(inputs.fusion, model)
-    rule = "fused" if seen or params.fusion.novel == "fused" else "the method's rule for unseen classes"
-    log.info("%s: %d image(s), %d classes (%s), logits: %s", model.name, len(paths), len(classnames),
-             "the trained ones" if seen else f"from {inputs.class_list}", rule)
-    rows = score(model, paths, classnames, seen, alpha, params, precision, min(inputs.top_k, len(classnames)))
+    log.info("%s: %d image(s), %d classes (%s); %s", model.name, len(paths), len(classnames),
+             "the trained ones" if seen else f"from {inputs.class_list}", rules_line(rules, inputs.rule, params))
+    rows = score(model, paths, classnames, rules, alpha, params, precision, min(inputs.top_k, len(classnames)))
     failed = [row for row in rows if row["error"] is not None]
     if len(failed) == len(rows):
         raise DearError(f"{inputs.images}: none of the {len(rows)} image(s) could be read, e.g. {failed[0]['error']}; "
@@ -89,7 +100,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                                              ("class_list", inputs.class_list)) if path is not None}}
     record = provenance({"fusion": params.fusion, "evaluate": params.evaluate, "compute": params.compute}, used)
     record.update(images_sha256=sha256_json(paths), classnames=classnames, seen=seen, top_k=inputs.top_k,
-                  alpha=alpha.tolist(), method=model.name)
+                  alpha=alpha.tolist(), method=model.name, rule=inputs.rule, class_rules=dict(zip(classnames, rules)))
     with output_folder(outputs.folder, Outputs.FILES) as folder:
         write_parquet(folder / "predictions.parquet", pa.Table.from_pylist(rows, schema=SCHEMA), SCHEMA, record)
         write_text(folder / "predictions.csv", as_csv(rows, min(inputs.top_k, len(classnames))))
@@ -145,6 +156,21 @@ def class_list(path: Path | None, trained: list[str], model: Path) -> tuple[list
     return names, sorted(names) == sorted(trained)
 
 
+def class_rules(classnames: list[str], trained: list[str], rule: str) -> list[str]:
+    """The rule of each class (SEEN | UNSEEN): by-class, SEEN for a class the model was trained on, else UNSEEN."""
+    if rule != "by-class":
+        return [rule] * len(classnames)
+    known = set(trained)
+    return [SEEN if name in known else UNSEEN for name in classnames]
+
+
+def rules_line(rules: list[str], rule: str, params: Params) -> str:
+    """What the log says of the rules: how many classes each scored, and what the unseen rule is here."""
+    counts = ", ".join(f"{rules.count(kind)} by the {kind}-class rule" for kind in (SEEN, UNSEEN) if kind in rules)
+    unseen = f" (fusion.novel: {params.fusion.novel}; MMRL: the CLS stream)" if UNSEEN in rules else ""
+    return f"--rule {rule}: {counts}{unseen}"
+
+
 def fusion_alpha(path: Path | None, model) -> torch.Tensor:
     from dear.io import read_json
 
@@ -186,9 +212,9 @@ def _collate(items: list) -> list:
 
 
 @torch.no_grad()
-def score(model, paths: list[str], classnames: list[str], seen: bool, alpha: torch.Tensor, params: Params, precision,
-          k: int) -> list[dict]:
-    """One row per path: its top-k classes and probabilities, or its error."""
+def score(model, paths: list[str], classnames: list[str], rules: list[str], alpha: torch.Tensor, params: Params,
+          precision, k: int) -> list[dict]:
+    """One row per path: its top-k classes, probabilities and their rules, or its error."""
     from dear import evaluation
 
     loader = torch.utils.data.DataLoader(_Images(paths, evaluation.eval_transform(model)),
@@ -199,27 +225,43 @@ def score(model, paths: list[str], classnames: list[str], seen: bool, alpha: tor
         good = [(index, pixels) for index, pixels, _ in batch if pixels is not None]
         for index, _, error in batch:
             if error is not None:
-                rows[index] = {"path": paths[index], "classes": [], "probabilities": [], "error": error}
+                rows[index] = {"path": paths[index], "classes": [], "probabilities": [], "rules": [], "error": error}
         if not good:
             continue
         pixels = torch.stack([p for _, p in good]).to(model.device)  # [B, 3, S, S]
         with precision.autocast(training=False):
             features = model.encode(model.image_prefix(pixels))  # [B, S+1, E]
         logits = model.logits(features, classnames)  # [B, S+1, C]
-        output = model.output(logits, alpha.to(logits.device), seen, params.fusion.novel)  # [B, C]
+        output = by_rule(model, logits, alpha.to(logits.device), rules, params.fusion.novel)  # [B, C]
         top = output.float().softmax(-1).topk(k, dim=-1)
         for (index, _), values, picks in zip(good, top.values.tolist(), top.indices.tolist()):
             rows[index] = {"path": paths[index], "classes": [classnames[i] for i in picks],
-                           "probabilities": values, "error": None}
+                           "probabilities": values, "rules": [rules[i] for i in picks], "error": None}
     return rows
 
 
+def by_rule(model, logits: torch.Tensor, alpha: torch.Tensor, rules: list[str], novel: str) -> torch.Tensor:
+    """Prediction logits [B, C] from stream logits [B, S+1, C]: column c from the method's output under rules[c].
+
+    A method scores each class on its own (its text features are per class), so a seen class's column is what
+    `evaluate` computes for it among the base classes, whatever else the list holds.
+    """
+    seen = torch.tensor([rule == SEEN for rule in rules], device=logits.device)  # [C]
+    if seen.all():
+        return model.output(logits, alpha, True, novel)
+    if not seen.any():
+        return model.output(logits, alpha, False, novel)
+    return torch.where(seen, model.output(logits, alpha, True, novel), model.output(logits, alpha, False, novel))
+
+
 def as_csv(rows: list[dict], k: int) -> str:
-    """path, class_1, probability_1, ..., class_k, probability_k, error."""
+    """path, class_1, probability_1, rule_1, ..., class_k, probability_k, rule_k, error."""
     buffer = text_io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["path", *[f"{kind}_{i}" for i in range(1, k + 1) for kind in ("class", "probability")], "error"])
+    kinds = ("class", "probability", "rule")
+    writer.writerow(["path", *[f"{kind}_{i}" for i in range(1, k + 1) for kind in kinds], "error"])
     for row in rows:
-        cells = [value for pair in zip(row["classes"], (f"{p:.6f}" for p in row["probabilities"])) for value in pair]
-        writer.writerow([row["path"], *cells, *[""] * (2 * k - len(cells)), row["error"] or ""])
+        cells = [value for triple in zip(row["classes"], (f"{p:.6f}" for p in row["probabilities"]), row["rules"])
+                 for value in triple]
+        writer.writerow([row["path"], *cells, *[""] * (len(kinds) * k - len(cells)), row["error"] or ""])
     return buffer.getvalue()

@@ -36,6 +36,7 @@ from dear.errors import DearError
 from dear import runrecord
 from dear.io import (output_folder, provenance, read_json, read_parquet, read_provenance, sha256_file, sha256_json,
                      write_bytes, write_json)
+from dear.methods.recipe import FEWEST_STEPS
 from dear.params import Params
 from dear.model import ablation
 from dear.report import markdown, paired, paper, plots, reference, tables
@@ -66,7 +67,7 @@ class Outputs:
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     inputs = with_collected_runs(inputs)
-    conventions = tables.Conventions(methods=list(params.report.methods), seeds=list(params.data.seeds),
+    conventions = tables.Conventions(methods=params.report_methods, seeds=list(params.data.seeds),
                                      ddof=params.report.std_ddof, std_warning=params.report.std_warning,
                                      confidence=params.report.confidence)
     every_stream = read_evals(inputs.evals, streams=True)
@@ -80,7 +81,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                                  {"params_sha256": sha256_json(params.model_dump(mode="json")),
                                   **{key: record[key] for key in ("code", "versions", "devices")}})
     results = tables.aggregate(seed_accuracy(evals), conventions)
-    differences = paired.differences(evals, comparisons(params.report, evals), paired.Options(
+    pairs = comparisons(params.report_methods, params.report_compare, evals)
+    differences = paired.differences(evals, pairs, paired.Options(
         confidence=params.report.confidence, resamples=params.report.bootstrap_resamples, ddof=params.report.std_ddof))
     streams = tables.stream_accuracy(seed_accuracy(every_stream), conventions)
     inferences = tables.both_inferences(every_stream, conventions)
@@ -94,7 +96,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                          reference=params.report.reference, heatmaps=[f"roles/{name}.png" for name in heatmaps],
                          has_loss=True, ablations={name: ablation.markdown(rows) for name, rows in ablations.items()},
                          setting_problems=problems, inference=_inference(run_record),
-                         notes=notes(params, inputs.train_logs), limits=limits(evals))
+                         notes=notes(params, inputs.train_logs) + short_runs(run_record["models"]),
+                         limits=limits(evals))
     text = markdown.render(results, page, differences, streams, published, inferences)
     files = {
         "results.md": "\n".join([text, *runrecord.markdown(run_record)]).encode(),
@@ -103,13 +106,14 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         "streams.csv": _csv(streams),
         "published.csv": _csv(published),
         "inference.csv": _csv(inferences),
-        "base_novel.png": plots.base_novel_png(results, conventions.methods, params.report.dpi),
+        "base_novel.png": plots.base_novel_png(results, conventions.methods, params.report.confidence,
+                                               params.report.dpi),
         "loss_curves.png": plots.loss_png(logs, conventions.methods, params.report.loss_smoothing,
                                           params.report.dpi),
         "plots/base_novel.csv": _csv(base_novel_data(results)),
         "plots/transfer.csv": _csv(transfer_data(results)),
         "plots/loss.csv": _csv(logs),
-        **few_shot_files(results, conventions.methods, params.report.dpi),
+        **few_shot_files(results, conventions.methods, params.report.confidence, params.report.dpi),
         **paper.tables(results, conventions.methods, params.report.decimals, limits(evals)),
         **{f"roles/{name}.png": data for name, data in heatmaps.items()},
     }
@@ -138,12 +142,12 @@ def limits(evals: pd.DataFrame) -> dict[str, str]:
     return {name: scores(name) for name in sorted(set(evals["method"])) if scores(name)}
 
 
-def few_shot_files(results: pd.DataFrame, methods: list[str], dpi: int) -> dict[str, bytes]:
+def few_shot_files(results: pd.DataFrame, methods: list[str], confidence: float, dpi: int) -> dict[str, bytes]:
     """few_shot.png and plots/few_shot.csv, when the eval tables hold a few-shot run (none otherwise)."""
     data = few_shot_data(results)
     if data.empty:
         return {}
-    return {"few_shot.png": plots.few_shot_png(results, methods, dpi), "plots/few_shot.csv": _csv(data)}
+    return {"few_shot.png": plots.few_shot_png(results, methods, confidence, dpi), "plots/few_shot.csv": _csv(data)}
 
 
 def few_shot_data(results: pd.DataFrame) -> pd.DataFrame:
@@ -162,10 +166,10 @@ def _inference(run_record: dict) -> str:
     return " and ".join(found) or "not recorded"
 
 
-def comparisons(report, evals: pd.DataFrame) -> list[tuple[str, str]]:
-    """(report.compare, other) for every other method, listed or found, in the tables' row order."""
-    return [(report.compare, other) for other in tables.method_order(report.methods, evals["method"])
-            if other != report.compare]
+def comparisons(methods: list[str], compare: str, evals: pd.DataFrame) -> list[tuple[str, str]]:
+    """(compare, other) for every other method, listed or found, in the tables' row order (`methods`, then the
+    eval tables' others: Params.report_methods, Params.report_compare)."""
+    return [(compare, other) for other in tables.method_order(methods, evals["method"]) if other != compare]
 SMOKE_ARCHS = ("dear-world-tiny",)  # the smoke study's backbone (configs/smoke.yaml): a test-sized model
 
 
@@ -187,6 +191,26 @@ def notes(params: Params, train_logs: list[Path]) -> list[str]:
             "; fewer where a dataset has fewer training images of a class, so this is not a "
             f"{asked}-shot study." if fewest < asked else "."))
     return found
+
+
+def short_runs(models: list[dict]) -> list[str]:
+    """The note on runs that took fewer optimizer steps than any baseline's authors train a base-to-novel run with
+    (`FEWEST_STEPS`): such a run may end where it began (issue 39: CoOp at 10 steps equalled zero-shot)."""
+    runs: dict[tuple, list] = {}
+    for model in models:
+        if model.get("steps") and model["steps"] < FEWEST_STEPS:  # 0: nothing trained (zero-shot, a fitted probe)
+            protocol = (model.get("recipe") or {}).get("protocol", model.get("classes"))
+            key = (model["method"], model["dataset"], str(protocol).replace("_", "-"), model.get("shots"))
+            runs.setdefault(key, []).append((model["seed"], model["steps"]))
+    if not runs:
+        return []
+    shown = "; ".join(
+        f"{method} on {dataset} ({protocol}{'' if shots is None else f', {shots} shots'}): "
+        + ", ".join(f"{steps} steps (seed {seed})" for seed, steps in sorted(found, key=lambda item: str(item[0])))
+        for (method, dataset, protocol, shots), found in sorted(runs.items(), key=str))
+    return [f"**Short training.** These runs took fewer than {FEWEST_STEPS} optimizer steps, the shortest "
+            f"base-to-novel run of the baselines' authors, and may have learned little: {shown}. Raise their epochs "
+            "(`train.recipes.<method>.epochs`) or `min_steps` (docs/your-data.md#training-lengths)."]
 
 
 def read_heatmaps(paths: list[Path]) -> dict[str, bytes]:

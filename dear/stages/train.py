@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from dear.errors import DearError
 from dear.io import check_output_file, output_folder, provenance, sha256_file, sha256_json, versions, write_parquet
+from dear.methods.recipe import FEWEST_STEPS, lengthened, steps_per_epoch
 from dear.model import internals as oc
 from dear.model.trained import backbone_sha256, read_roles, save_trained
 from dear.params import Params
@@ -106,6 +107,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     check_output_file(checkpoint)
     shots = training_shots(inputs.fewshot, inputs.classes)
     _check_shot_count(inputs, shots)
+    recipe = lengthened(recipe, len(shots.paths))  # min_steps (datasets of one's own): epochs raised to reach it
     backbone = load_backbone(inputs.backbone)
     sha = backbone_sha256(backbone, inputs.backbone)
     roles, roles_sha = None, None
@@ -126,6 +128,9 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         check_images_exist(shots, inputs.fewshot)
         val = features.search_shots(model, shots, inputs.fewshot, inputs.classes) if model.searches_validation else None
         log.info("%s on %s (%s): %s", name, inputs.dataset, recipe.protocol, _recipe_line(recipe))
+        warning = short_run(recipe, len(shots.paths))
+        if warning:
+            log.warning("%s", warning)
         rows = trainer.fit(trainer.Run(
             model=model, shots=shots, recipe=recipe, compute=params.compute, seed=inputs.seed,
             image_size=oc.image_size(backbone.model), normalization=oc.image_normalization(backbone.model),
@@ -135,6 +140,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
             log.info("%s on %s: %s", name, inputs.dataset, ", ".join(f"{k} {v}" for k, v in found.items()))
     record = {"backbone_sha256": sha, "roles_sha256": roles_sha, "params_sha256": run_hash,
               "dataset": inputs.dataset, "seed": inputs.seed, "classes": inputs.classes, "classnames": shots.classnames,
+              "train_images": len(shots.paths), "steps": len(rows),  # the optimizer steps taken (0: nothing trained)
               **({"shots": inputs.shots} if inputs.shots is not None else {})}
     used = {"backbone": Path(inputs.backbone) / "card.json", "fewshot": inputs.fewshot}  # the card holds the weights' sha256
     if roles is not None:
@@ -170,6 +176,18 @@ def _check_shot_count(inputs: Inputs, shots) -> None:
     if most != inputs.shots:
         raise DearError(f"--fewshot {inputs.fewshot}: its classes hold up to {most} training shots, not --shots "
                         f"{inputs.shots}; pass data/<ds>/fewshot-shots{inputs.shots}-seed<S>.parquet")
+
+
+def short_run(recipe, images: int) -> str | None:
+    """The warning of a run that takes fewer optimizer steps than any baseline's authors train a base-to-novel run
+    with (`FEWEST_STEPS`), or None: such a run may end where it began (issue 39: CoOp at 10 steps was zero-shot)."""
+    steps = recipe.epochs * steps_per_epoch(images, recipe.batch_size)
+    if steps >= FEWEST_STEPS:
+        return None
+    return (f"{recipe.method} on {recipe.dataset}: {steps} optimizer steps ({recipe.epochs} epochs of "
+            f"{steps_per_epoch(images, recipe.batch_size)} at batch {recipe.batch_size}, {images} training images), "
+            f"fewer than the {FEWEST_STEPS} of the shortest base-to-novel run of the baselines' authors; raise "
+            f"train.recipes.{recipe.recipe}.epochs or min_steps (docs/your-data.md#training-lengths)")
 
 
 def _recipe_line(recipe) -> str:

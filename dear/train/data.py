@@ -19,6 +19,7 @@ from dear import cpus
 from dear.data import manifest
 from dear.data.manifest import read_fewshot, select
 from dear.errors import DearError, from_workers
+from dear.methods.recipe import steps_per_epoch
 from dear.transforms import INTERPOLATION, cpu_seeded, derived_seed
 
 @dataclass(frozen=True)
@@ -108,9 +109,7 @@ class Schedule:
 
     @property
     def steps_per_epoch(self) -> int:
-        if self.drop_last is False:
-            return -(-self.n // self.batch_size)
-        return self.n // self.batch_size if self.drops_last else 1
+        return steps_per_epoch(self.n, self.batch_size, self.drop_last)
 
     @property
     def total_steps(self) -> int:

@@ -14,6 +14,19 @@ from dear import strict_yaml
 from dear.params import Params, world_needed
 from dear.cpus import wanted as cpus_wanted
 
+# One world and backbone per machine: profiles/default turns Snakemake's output cache on (--cache), kept in
+# $SNAKEMAKE_OUTPUT_CACHE, by default where dear's DVC stages look too (dear.machine_cache). Snakemake reads the
+# variable after this file, when it plans; Slurm jobs re-reading this file leave it as the main process set it.
+if workflow.workflow_settings.cache is not None:  # --cache (the default profile's)
+    if not os.environ.get("SNAKEMAKE_OUTPUT_CACHE"):
+        from dear.machine_cache import location as _cache_location
+
+        os.environ["SNAKEMAKE_OUTPUT_CACHE"] = str(_cache_location())
+    try:
+        os.makedirs(os.environ["SNAKEMAKE_OUTPUT_CACHE"], exist_ok=True)
+    except OSError:  # not writable here: Snakemake says so when it stores, and the study runs on
+        pass
+
 # Every path a rule writes is under the config's output_root ('.' for the demo): R is the prefix
 # shell commands put before each path ("" or "<root>/"), rooted() the same for input/output lists.
 ROOT = os.path.normpath(str(config.get("output_root", ".")))
