@@ -258,7 +258,8 @@ def test_learning_rate_of_every_epoch_is_dassls(config, dataset, protocol, shots
 
 PAPER = fake_run.ROOT / "configs/paper-vitb16.yaml"
 CONFIGS = {"paper": PAPER, "fewshot": fake_run.ROOT / "configs/fewshot-vitb16.yaml"}
-DASSL = {"momentum": 0.9, "weight_decay": 5e-4, "flip_prob": 0.5, "views": None}
+DASSL = {"momentum": 0.9, "weight_decay": 5e-4, "flip_prob": 0.5, "views": None,
+         "min_steps": None}  # Dassl trains exactly its epochs: no minimum of steps on the built-in datasets
 MMRLPP = {"crop_scale": [0.5, 1.0], "interpolation": "bicubic", "optimizer": "adamw", "schedule": "cosine",
           "warmup_lr": 1e-5, "alpha": 0.7, "tokens": 5, "start_layer": 6, "precision": "amp", "rep_dim": 512,
           "projection_rank": 64, "aligner_rank": 4, "logit_scale": 100.0, "fade_in_epochs": 0.0}

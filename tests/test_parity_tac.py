@@ -295,7 +295,8 @@ def test_a_depth_past_the_towers_or_a_prompt_past_the_positions_is_one_line(clip
 # --- Dassl's learning rate of every epoch, and the paper config --------------------------------------
 
 PAPER = fake_run.ROOT / "configs/paper-vitb16.yaml"
-DASSL = {"momentum": 0.9, "weight_decay": 5e-4, "flip_prob": 0.5, "views": None}
+DASSL = {"momentum": 0.9, "weight_decay": 5e-4, "flip_prob": 0.5, "views": None,
+         "min_steps": None}  # Dassl trains exactly its epochs: no minimum of steps on the built-in datasets
 THEIRS = {  # train.py extend_cfg, then configs/trainers/TAC/<file>.yaml, over Dassl's defaults
     "base_to_novel": {**DASSL, "batch_size": 8, "crop_scale": [0.4, 1.0], "interpolation": "bicubic",
                       "optimizer": "sgd", "lr": 0.0025, "epochs": 20, "schedule": "cosine", "warmup_epochs": 1,

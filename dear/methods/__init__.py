@@ -41,6 +41,8 @@ FITTED_CLASSES = ("a linear probe has a classifier only for the classes of its t
                   "no other dataset's")
 
 
+FEW_SHOT_ONLY = ("few_shot",)  # the protocol their authors' code runs (the studies may run them in others too)
+
 REGISTRY: dict[str, Entry] = {
     "zeroshot": Entry("zeroshot", "zeroshot", "zero-shot CLIP with the hand-written prompt"),
     "linear_probe": Entry("linear_probe", "linear_probe", "linear-probe CLIP: a logistic regression on the frozen "
@@ -56,8 +58,9 @@ REGISTRY: dict[str, Entry] = {
     "dear_nomask": Entry("dear", "dear", "DeAR without its role mask (the ablation)"),
     "dear": Entry("dear", "dear", "DeAR: attribute tokens behind a per-head role mask"),
     "tip_adapter_f": Entry("tip_adapter_f", "tip_adapter_f", "Tip-Adapter-F: a cache of the shots' features beside "
-                           "CLIP's classifier, its keys fine-tuned"),
-    "clip_lora": Entry("clip_lora", "clip_lora", "CLIP-LoRA: low-rank updates of q, k, v in both towers"),
+                           "CLIP's classifier, its keys fine-tuned", protocols=FEW_SHOT_ONLY),
+    "clip_lora": Entry("clip_lora", "clip_lora", "CLIP-LoRA: low-rank updates of q, k, v in both towers",
+                       protocols=FEW_SHOT_ONLY),
 }
 # names a plugin may not take: the built-in methods' and the recipe files' (a plugin's recipe is named after it)
 RESERVED = frozenset({*REGISTRY, "dassl", *(e.recipe for e in REGISTRY.values())})
