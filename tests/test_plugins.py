@@ -107,3 +107,26 @@ def test_a_run_records_the_plugins_distribution_and_version(tmp_path):
                                 "entry_point": "my_adapter:METHOD", "contract": 1}
     assert "plugin" not in job_record("train", params, {"method": "coop", "dataset": "world_objects",
                                                         "classes": "base"})
+
+
+def test_the_page_lists_every_name_of_the_contract_and_every_hook():
+    """docs/your-method.md's contract table is dear.contract.__all__, and its hooks table every method of
+    MethodModel a method overrides (the base's own machinery left out)."""
+    import re
+
+    from dear import contract
+    from dear.methods.base import MethodModel
+
+    page = (ROOT / "docs" / "your-method.md").read_text()
+    contract_table = page.partition("## The contract")[2].partition("###")[0]
+    listed = set(re.findall(r"`(\w+)`", "".join(line.split("|")[1] for line in contract_table.splitlines()
+                                              if line.startswith("| `"))))
+    assert listed == set(contract.__all__) - {"VERSION"}
+    hooks_table = page.partition("## Hooks")[2].partition("\n\n**")[0]
+    shown = set(re.findall(r"`(\w+)[(`]", "".join(line.split("|")[1] for line in hooks_table.splitlines()
+                                                  if line.startswith("| `"))))
+    machinery = {"image_prefix", "frozen_image", "frozen_embedding", "text_features", "once", "logit_scale", "logits",
+                 "trains", "train", "device", "trainable_state", "load_trainable"}
+    hooks = {name for name, value in vars(MethodModel).items()
+             if not name.startswith("_") and (callable(value) or isinstance(value, property))} - machinery
+    assert shown == hooks | {"fit"}  # fit: only a method that sets fits_features defines it (the base has none)
