@@ -19,7 +19,6 @@ only when a model is built (`dear.methods.model_class`) or checked
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
@@ -79,7 +78,7 @@ class Plugin:
     @property
     def label(self) -> str:
         """How messages name it: the method, its entry point and distribution."""
-        return f"plugin method {self.name!r} ({self.target} in {self.distribution} {self.version})"
+        return label(self.name, self.target, self.distribution, self.version)
 
     def recipe_path(self) -> Path:
         """The recipe file the declaration names ("package:file"), found without importing the package."""
@@ -93,6 +92,10 @@ class Broken:
 
     name: str
     problem: str
+
+
+def label(name: str, target: str, distribution: str, version: str) -> str:
+    return f"plugin method {name!r} ({target} in {distribution} {version})"
 
 
 def package_folder(package: str) -> Path:
@@ -110,9 +113,9 @@ def discovered() -> tuple[Plugin | Broken, ...]:
     found = []
     for point in sorted(importlib.metadata.entry_points(group=GROUP), key=lambda p: p.name):
         dist = getattr(point, "dist", None)
-        where = (f"plugin method {point.name!r} ({point.value} in {dist.name if dist else 'an unknown distribution'}"
-                 f" {dist.version if dist else ''})".replace("  ", " ").replace(" )", ")"))
-        uninstall = f"pip uninstall {dist.name}" if dist else "uninstall its package"
+        distribution, version = (dist.name, dist.version) if dist else ("?", "?")
+        where = label(point.name, point.value, distribution, version)
+        uninstall = f"pip uninstall {distribution}" if dist else "uninstall its package"
         try:
             declared = point.load()
         except Exception as error:  # the plugin's own code: any failure is its problem, reported in one line
@@ -123,12 +126,12 @@ def discovered() -> tuple[Plugin | Broken, ...]:
             found.append(Broken(point.name, f"{where}: names a {type(declared).__name__}, not a "
                                             "dear.contract.Method; declare the method as docs/your-method.md shows"))
             continue
-        found.append(Plugin(point.name, declared, point.value, dist.name if dist else "?", dist.version if dist else "?"))
+        found.append(Plugin(point.name, declared, point.value, distribution, version))
     return tuple(found)
 
 
 def clear() -> None:
-    """Forget what was discovered (after a package was installed in this process: tests, `dear new-method`)."""
+    """Forget what was discovered (after a package was installed or removed in this process: tests)."""
     discovered.cache_clear()
 
 
