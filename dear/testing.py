@@ -304,7 +304,8 @@ class Kit:
         from dear.io import FAULTS
 
         run = self.trained
-        if not self.load(run).trains or self.entry_fits_features():
+        model = self.load(run)
+        if not model.trains or type(model).fits_features:
             return  # nothing trains by steps: nothing to resume
         reference = run.model.read_bytes()
         out, checkpoint = run.folder / "killed" / "train", run.folder / "killed" / "ckpt.pt"
@@ -365,11 +366,6 @@ class Kit:
             f"{run.protocol}: the API's load_trained model gives logits of shape {tuple(logits.shape)}"
 
     # --- helpers -------------------------------------------------------------------
-
-    def entry_fits_features(self) -> bool:
-        from dear.methods import model_class
-
-        return bool(getattr(model_class(self.method), "fits_features", False))
 
     def load(self, run: Run, path: Path | None = None):
         from dear.model.trained import load_trained

@@ -183,7 +183,7 @@ DEMO_2026_HEADER = """\
 # demo about two ninths more training, so `make demo` stays as it is. Their demo values (train.recipes.mmrlpp, .tac)
 # are in params.yaml beside MMRL's and PromptSRC's. Written by `python -m dear.docs` from params.yaml and
 # dear/docs/smoke.py (DEMO_2026): edit those, not this file.
-#   snakemake --cores 2 --scheduler greedy --configfile configs/demo-2026.yaml --cache    (what make demo-2026 runs)
+#   snakemake --cores 2 --scheduler greedy --configfile configs/demo-2026.yaml    (what make demo-2026 runs)
 #   python workflow/scripts/dvc_study.py configs/demo-2026.yaml && dvc repro demo-2026/dvc.yaml
 """
 
@@ -207,7 +207,7 @@ EXAMPLE_SMOKE_HEADER = """\
 # The smoke study (configs/smoke.yaml) with CLIP-Adapter, the method of the package examples/clip-adapter, beside
 # zero-shot CLIP and CoOp: docs/your-method.md runs it. Install the package first (pip install -e
 # examples/clip-adapter), then, outputs in clip-adapter-smoke/ (its numbers mean nothing, as the smoke study's):
-#   snakemake --cores 2 --cache --configfile examples/clip-adapter/smoke.yaml
+#   snakemake --cores 2 --configfile examples/clip-adapter/smoke.yaml
 #   python workflow/scripts/dvc_study.py examples/clip-adapter/smoke.yaml && dvc repro clip-adapter-smoke/dvc.yaml
 # Written by `python -m dear.docs` from params.yaml and dear/docs/smoke.py (EXAMPLE_SMOKE): edit those, not this file.
 """
