@@ -7,6 +7,8 @@ study (pretraining, CoOp's training, fusion, evaluation: tests/emulated_cpu.py)
 runs once per CPU in a process of its own. With the setting on, the weights and
 the evaluation table are byte-identical whichever CPU; with it off they differ,
 so the identity is the setting's doing (a forgotten library shows as a difference).
+The other CPU maker is emulated for MKL, the one library that picks its code by maker
+(tests/mkl_vendor.py): the same study, as MKL runs on this CPU and as it runs on an Intel one.
 """
 
 from __future__ import annotations
@@ -230,3 +232,37 @@ def test_compare_tells_a_snapshot_that_predates_the_record_from_a_folder_without
     (tmp_path / "run.json").write_text("{}")
     with pytest.raises(DearError, match="a snapshot without the run's record.json.*python -m dear.docs --snapshot"):
         _report_folder(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def makers(tmp_path_factory) -> dict:
+    """{(setting, maker): folder} of the short study run as this CPU runs MKL and with MKL told it is an Intel CPU."""
+    from tests.mkl_vendor import intel_shim
+
+    base = tmp_path_factory.mktemp("makers")
+    shim = intel_shim(base)
+    if shim is None:
+        pytest.skip("needs a C compiler (cc) to build the preloaded library")
+    _world(base)
+    runs = {(on, maker): _folder(base, f"{'on' if on else 'off'}-{maker}", on) for on in (True, False)
+            for maker in ("here", "intel")}
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda key: _study(runs[key], {"LD_PRELOAD": str(shim)} if key[1] == "intel" else {}), runs))
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(reproducible.cpu_vendor() == "GenuineIntel",
+                    reason="emulates an Intel CPU for MKL on another maker's (tests/mkl_vendor.py)")
+def test_the_same_bytes_when_mkl_takes_this_cpu_for_an_intel_one(makers):
+    """The other CPU maker, emulated for MKL (the one library that picks its code by maker): with the setting on,
+    the weights, the probe and the evaluation are byte-identical; with it off the models differ (not vacuous)."""
+    import json
+
+    on = [_outputs(makers[True, maker]) for maker in ("here", "intel")]
+    off = [_outputs(makers[False, maker]) for maker in ("here", "intel")]
+    for key in ("backbone", "trained", "probe", "eval"):
+        assert on[0][key] == on[1][key], key
+    assert off[0]["backbone"] != off[1]["backbone"] and off[0]["trained"] != off[1]["trained"]
+    record = json.loads((makers[True, "intel"] / "backbone/card.json").read_text())["provenance"]["compute"]
+    assert record["mkl_branch"] == "COMPATIBLE,STRICT" and record["products"] == "OpenBLAS (numpy)"
