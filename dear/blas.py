@@ -13,9 +13,11 @@ So while the setting is on, `install` hands aten::mm, addmm, bmm and baddbmm of 
 float64 CPU tensors to `numpy.matmul` (numpy's OpenBLAS): every product of a linear layer,
 of attention on the math kernel, of einsum, in the forward and the backward pass. What is
 not dispatched through these four (a convolution's im2col product, the fused attention
-kernel's, `out=` forms, other dtypes) stays on MKL, on its COMPATIBLE branch. Results
-depend on the thread count (OpenBLAS's edge kernels take the rows a thread gets), which
-each job fixes (dear.cpus). `remove` gives torch its own kernels back.
+kernel's, `out=` forms, other dtypes) stays on MKL, on its COMPATIBLE branch. OpenBLAS runs
+one thread (`one_thread`, kept by dear.cpus): its threads, spinning between products while
+torch's OpenMP threads worked, made a 2-thread pretraining step 3.6x slower than the setting
+off (benchmarks/reproducible_cost.py, 2026-12-05); so the products' bytes are those of one
+thread at any torch thread count. `remove` gives torch its own kernels back.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ def install() -> None:
         for op in OPS:
             library.impl(op, kernels[op], "CPU")
     _library.append(library)
+    one_thread()
+
+
+def one_thread() -> None:
+    """numpy's OpenBLAS on one thread (the products'; dear.cpus calls it after setting a job's threads)."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
 
 
 def remove() -> None:

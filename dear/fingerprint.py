@@ -208,11 +208,8 @@ def pretraining(threads: int, steps: int) -> Callable[[], list]:
 
         from dear.model import internals, pretrain
 
-        from threadpoolctl import threadpool_limits
-
         before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        limits = threadpool_limits(threads)  # numpy's OpenBLAS (dear.blas) runs as many threads as torch, as in a job
+        torch.set_num_threads(threads)  # numpy's OpenBLAS (dear.blas) stays on one, as in a job
         try:
             model, tokenizer = _tiny_backbone()
             pixels, tokens = _randn(len(CAPTIONS), 3, 32, 32, seed=21), tokenizer(CAPTIONS)
@@ -221,7 +218,6 @@ def pretraining(threads: int, steps: int) -> Callable[[], list]:
                 losses = [pretrain.contrastive_step(model, optimizer, pixels, tokens, "fp32") for _ in range(steps)]
         finally:
             torch.set_num_threads(before)
-            limits.restore_original_limits()
         return [torch.tensor(losses, dtype=torch.float64), *_state(model)]
     return item
 
