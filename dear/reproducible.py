@@ -10,13 +10,18 @@ docs/compute.md). With the setting on, a stage pins all of them:
 
 - ATEN_CPU_CAPABILITY=avx2: ATen's kernels compiled for AVX2, the newest set
   every x86-64 CPU of the last ten years has (ATen picks them by instruction set only);
-- MKL_CBWR=COMPATIBLE,STRICT: MKL's conditional numerical reproducibility on its
+- the matrix products (aten mm, addmm, bmm, baddbmm) on numpy's OpenBLAS at its
+  Haswell kernels (dear.blas, installed by `configure_torch`): one AVX2 code on every
+  maker, at about MKL's speed;
+- MKL_CBWR=COMPATIBLE,STRICT, for what the products leave to MKL (convolutions' im2col
+  products, the fused attention kernel's, ATen's sqrt/exp/log/erf): MKL's conditional numerical reproducibility on its
   COMPATIBLE branch, one SSE2 code path without the approximation instructions
   (rcpps, rsqrtps) whose results differ between Intel and AMD: the branch Intel
   documents for the same results on Intel and compatible processors. Its AVX2
   branch (the setting's before) is taken on Intel CPUs only: on an AMD CPU MKL
-  runs its own pick, and the bytes differ (docs/compute.md). STRICT only applies
-  to the AVX2 and AVX-512 branches, so the thread counts stay fixed per job (dear.cpus);
+  runs its own pick, and the bytes differ (docs/compute.md); every product on this
+  branch (SSE2) cost 2.0-2.9x. STRICT only applies to the AVX2 and AVX-512 branches,
+  so the thread counts stay fixed per job (dear.cpus);
 - MKL_ENABLE_INSTRUCTIONS=AVX2: MKL's dispatcher, for what CBWR does not cover;
 - ONEDNN_MAX_CPU_ISA=AVX2, and oneDNN (torch.backends.mkldnn) off: its kernels
   may choose their blocking by the cache sizes of the CPU (no promise across CPUs), so convolutions go to
