@@ -107,8 +107,7 @@ def machines(a: dict, b: dict) -> list[str]:
         return ["- a run's record does not say which CPU kernels made it (made before the record kept them)"]
     lines = []
     if ma["vendor"] != mb["vendor"]:
-        lines.append(f"- **CPU makers**: {_list(ma['vendor'])} → {_list(mb['vendor'])} (MKL's reproducible branch is "
-                     "promised on Intel CPUs only: the numbers may move)")
+        lines.append(_makers(ma, mb))
     if ma["cpu_flags"] != mb["cpu_flags"]:
         same_kernels = ma["kernels"] == mb["kernels"] and ma["reproducible"] == mb["reproducible"] == [True]
         lines.append(f"- **the runs were made on CPUs with different instruction sets** ({_list(ma['cpu_flags'])} → "
@@ -126,6 +125,34 @@ def machines(a: dict, b: dict) -> list[str]:
     return lines or ["- the same: CPU maker, instruction sets, kernels, caps and torch builds"]
 
 
+def _makers(ma: dict, mb: dict) -> str:
+    """CPUs of other makers: the numbers may move only where MKL could take another code on each (dear.reproducible).
+
+    MKL picks its code by the CPU's maker except on its COMPATIBLE branch, one code for Intel and AMD alike
+    (compute.reproducible since 2026-12-05); every other library the setting caps picks by instruction set alone.
+    """
+    makers = f"{_list(ma['vendor'])} → {_list(mb['vendor'])}"
+    branches = f"MKL's branch {_list(ma['mkl'])} → {_list(mb['mkl'])}"
+    neutral = ma["mkl"] == mb["mkl"] == ["COMPATIBLE"] and ma["reproducible"] == mb["reproducible"] == [True]
+    if neutral and ma["kernels"] == mb["kernels"]:
+        return (f"- **CPU makers**: {makers}: both ran MKL's COMPATIBLE branch (compute.reproducible), one code "
+                "on every maker, so this alone moves no number")
+    return (f"- **CPU makers**: {makers} ({branches}: outside its COMPATIBLE branch MKL picks its code by the "
+            "CPU's maker, so the numbers may move)")
+
+
+def _mkl(record: dict) -> str | None:
+    """MKL's branch in a job's record: COMPATIBLE, or what the CPU's maker decides (AUTO, AVX2, OFF, ...).
+
+    A record written before `mkl_branch` was kept says what was asked for (MKL_CBWR); only COMPATIBLE is taken
+    on every maker as asked, any other branch on Intel CPUs only.
+    """
+    if "aten_capability" not in record:  # a stage without torch: no MKL
+        return None
+    branch = record.get("mkl_branch") or record.get("caps", {}).get("MKL_CBWR") or "OFF"
+    return "COMPATIBLE" if branch.split(",")[0] == "COMPATIBLE" else branch
+
+
 def _machine(records: list[dict]) -> dict[str, list[str]]:
     """Every job's compute record of one run, as sorted distinct texts per aspect (threads: the jobs' own)."""
     if not records:
@@ -139,6 +166,7 @@ def _machine(records: list[dict]) -> dict[str, list[str]]:
                                         *(f"OpenBLAS {name}" for name in r.get("openblas", [])),
                                         *(f"{k}={v}" for k, v in sorted(r.get("caps", {}).items())
                                           if not k.endswith("_NUM_THREADS"))]) if "aten_capability" in r else None,
+        "mkl": _mkl,
         "builds": lambda r: "; ".join(f"{k}: {v}" for k, v in sorted(r.get("builds", {}).items())) or None,
         "cuda": lambda r: json.dumps(r["cuda"], sort_keys=True) if r.get("cuda") else None,
     }

@@ -2,16 +2,27 @@
 
 torch picks its CPU kernels per machine: ATen's vectorised loops (sums,
 softmax, norms, elementwise math) per instruction set (AVX2, AVX-512), MKL's
-BLAS per processor, oneDNN's convolutions per instruction set (AVX-512, AMX).
-Each sums floats in its own order, so the same config trains other weights on
-another CPU (30 fp32 pretraining steps here: a different model.pt under each
-cap alone, docs/compute.md). With the setting on, a stage caps all of them at
-AVX2, the newest set every x86-64 CPU of the last ten years has:
+BLAS and vector math (VML: ATen's sqrt, exp, log, erf) per processor and per
+maker, oneDNN's convolutions per instruction set (AVX-512, AMX). Each sums floats
+in its own order, so the same config trains other weights on another CPU (30 fp32
+pretraining steps here: a different model.pt under each cap alone,
+docs/compute.md). With the setting on, a stage pins all of them:
 
-- ATEN_CPU_CAPABILITY=avx2: ATen's kernels compiled for AVX2;
-- MKL_CBWR=AVX2,STRICT (and MKL_ENABLE_INSTRUCTIONS=AVX2): MKL's conditional numerical
-  reproducibility, its AVX2 code path with fixed blocking and reduction order on
-  every CPU that has AVX2 (Intel's guarantee; an AMD CPU runs MKL's own pick: docs/compute.md);
+- ATEN_CPU_CAPABILITY=avx2: ATen's kernels compiled for AVX2, the newest set
+  every x86-64 CPU of the last ten years has (ATen picks them by instruction set only);
+- the matrix products (aten mm, addmm, bmm, baddbmm) on numpy's OpenBLAS at its
+  Haswell kernels (dear.blas, installed by `configure_torch`): one AVX2 code on every
+  maker, at about MKL's speed;
+- MKL_CBWR=COMPATIBLE,STRICT, for what the products leave to MKL (convolutions' im2col
+  products, the fused attention kernel's, ATen's sqrt/exp/log/erf): MKL's conditional numerical reproducibility on its
+  COMPATIBLE branch, one SSE2 code path without the approximation instructions
+  (rcpps, rsqrtps) whose results differ between Intel and AMD: the branch Intel
+  documents for the same results on Intel and compatible processors. Its AVX2
+  branch (the setting's before) is taken on Intel CPUs only: on an AMD CPU MKL
+  runs its own pick, and the bytes differ (docs/compute.md); every product on this
+  branch (SSE2) cost 2.0-2.9x. STRICT only applies to the AVX2 and AVX-512 branches,
+  so the thread counts stay fixed per job (dear.cpus);
+- MKL_ENABLE_INSTRUCTIONS=AVX2: MKL's dispatcher, for what CBWR does not cover;
 - ONEDNN_MAX_CPU_ISA=AVX2, and oneDNN (torch.backends.mkldnn) off: its kernels
   may choose their blocking by the cache sizes of the CPU (no promise across CPUs), so convolutions go to
   ATen's own (im2col + MKL);
@@ -23,7 +34,10 @@ AVX2, the newest set every x86-64 CPU of the last ten years has:
 Environment variables are read by the libraries when torch first loads or
 first computes, so `apply` runs in the `dear` command before any import of
 torch (`dear.cli`), and the stage's worker processes inherit them. What was in
-force goes into every output's provenance (`in_force`, `dear.io.provenance`).
+force goes into every output's provenance (`in_force`, `dear.io.provenance`),
+with the branch MKL reports it runs (`mkl_branch`: it replaces a branch the CPU
+cannot take by AUTO, its own pick, without a word). `python -m dear.fingerprint`
+checks the promise on a machine in seconds (tests/test_fingerprint.py).
 """
 
 from __future__ import annotations
@@ -41,7 +55,7 @@ log = logging.getLogger("dear.reproducible")
 CAPS = {
     "ATEN_CPU_CAPABILITY": "avx2",        # ATen's vectorised kernels
     "ONEDNN_MAX_CPU_ISA": "AVX2",         # oneDNN (off as well: configure_torch)
-    "MKL_CBWR": "AVX2,STRICT",           # MKL: AVX2 branch, fixed blocking and reductions
+    "MKL_CBWR": "COMPATIBLE,STRICT",     # MKL: one SSE2 code path on Intel and AMD alike, fixed reductions
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",    # MKL's dispatcher, for what CBWR does not cover
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",  # cuBLAS: deterministic with use_deterministic_algorithms
     "OPENBLAS_CORETYPE": "Haswell",      # numpy's and scipy's OpenBLAS (sklearn: HDBSCAN, the linear probe)
@@ -131,6 +145,9 @@ def release() -> None:
         torch.backends.mkldnn.enabled = mkldnn
         torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn_deterministic, benchmark
+        from dear import blas
+
+        blas.remove()
     _state.update(setting=None, overridden={}, late=False, before={}, torch_before=None)
 
 
@@ -161,6 +178,9 @@ def configure_torch(on: bool) -> None:
         log.warning("compute.reproducible: this CPU runs ATen's %s kernels, not AVX2 (it lacks AVX2?): its numbers "
                     "will differ from other CPUs'", torch.backends.cpu.get_cpu_capability())
     torch.backends.mkldnn.enabled = False
+    from dear import blas
+
+    blas.install()  # the matrix products on numpy's OpenBLAS at its Haswell kernels, one code on every maker
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
@@ -201,6 +221,8 @@ def in_force() -> dict[str, Any]:
     record["mkldnn_enabled"] = bool(torch.backends.mkldnn.enabled)
     record["deterministic"] = bool(torch.are_deterministic_algorithms_enabled())
     record["builds"] = builds(torch)
+    record["mkl_branch"] = mkl_branch(torch)
+    record["products"] = _products()
     record["openblas"] = openblas()
     if torch.cuda.is_initialized():
         from dear.probe import nvidia_driver
@@ -211,6 +233,52 @@ def in_force() -> dict[str, Any]:
                           "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
                           "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32)}
     return record
+
+
+def _products() -> str:
+    """Which library computes torch's CPU matrix products (mm, addmm, bmm, baddbmm): dear.blas while installed."""
+    from dear import blas
+
+    return blas.NAME if blas.installed() else "torch (its BLAS)"
+
+
+_mkl: dict[str, str] = {}  # this process's MKL branch, read once (MKL fixes it when it starts)
+
+
+def mkl_branch(torch) -> str:
+    """The code branch MKL runs in this process, as MKL itself reports it (its verbose line's `CNR:` field).
+
+    COMPATIBLE,STRICT under the setting; a branch the CPU cannot take is replaced by AUTO (MKL's own pick: on
+    an AMD CPU `MKL_CBWR=AVX2,STRICT` runs AUTO,STRICT); OFF without MKL_CBWR; 'none' where torch has no MKL,
+    'unknown' where MKL did not say. Read from one 2x2 product with MKL's verbose mode on (mm's out= form,
+    which dear.blas leaves to MKL), its line caught from this process's standard output.
+    """
+    if "branch" not in _mkl:
+        _mkl["branch"] = _read_mkl_branch(torch) if torch.backends.mkl.is_available() else "none"
+    return _mkl["branch"]
+
+
+def _read_mkl_branch(torch) -> str:
+    import ctypes
+    import re
+    import tempfile
+
+    line = ""
+    with contextlib.suppress(Exception), tempfile.TemporaryFile() as caught:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(caught.fileno(), 1)
+        try:
+            with torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON):  # mm's out= form: torch's own BLAS
+                torch.ops.aten.mm.out(torch.ones(2, 2), torch.ones(2, 2), out=torch.empty(2, 2))
+        finally:
+            ctypes.CDLL(None).fflush(None)  # MKL prints through C's buffered stdout
+            os.dup2(saved, 1)
+            os.close(saved)
+        caught.seek(0)
+        line = caught.read().decode(errors="replace")
+    found = re.search(r"CNR:(\S+)", line)
+    return found.group(1) if found else "unknown"
 
 
 def openblas() -> list[str]:

@@ -6,6 +6,7 @@ import torch
 
 from dear.errors import DearError
 from dear.model.decompose import HeadStatistics, decompose, head_statistics, mean_ablate
+from tests.floats import assert_same_up_to_rounding
 from tests.tiny_clip import tiny_clip
 
 
@@ -72,7 +73,7 @@ def test_streamed_statistics_equal_those_of_the_full_matrix():
     centred = full - full.mean(0)
     expected = torch.einsum("mlhe,mlhf->lhef", centred, centred) / 10
     torch.testing.assert_close(stats.mean, full.mean(0), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(stats.covariance, expected, rtol=1e-4, atol=1e-7)
+    assert_same_up_to_rounding(stats.covariance, expected, per_vector=False)  # float32 heads of other batch splits
 
 
 def test_normalized_contributions_add_up_to_the_unit_embedding():

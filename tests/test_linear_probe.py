@@ -23,6 +23,7 @@ from dear.methods.recipe import load
 from dear.model.trained import load_trained, save_trained
 from tests.fake_coop import make_fake_dataset
 from tests.fake_run import invoke, prepared_project
+from tests.floats import assert_same_up_to_rounding
 from tests.methods_tools import MIXED_ROLES, Backbone, build
 from tests.tiny_clip import tiny_clip
 
@@ -146,7 +147,7 @@ def test_features_are_the_unnormalized_image_embedding(clip):
     with torch.no_grad():
         ours = model.encode(model.image_prefix(images))
     assert ours.shape == (3, 1, 32)
-    torch.testing.assert_close(ours[:, 0], clip.encode_image(images), rtol=1e-5, atol=1e-6)
+    assert_same_up_to_rounding(ours[:, 0], clip.encode_image(images))  # the last block on CLS rows alone: tests/floats.py
     assert not torch.allclose(ours[:, 0].norm(dim=-1), torch.ones(3))
 
 

@@ -7,6 +7,8 @@ study (pretraining, CoOp's training, fusion, evaluation: tests/emulated_cpu.py)
 runs once per CPU in a process of its own. With the setting on, the weights and
 the evaluation table are byte-identical whichever CPU; with it off they differ,
 so the identity is the setting's doing (a forgotten library shows as a difference).
+The other CPU maker is emulated for MKL, the one library that picks its code by maker
+(tests/mkl_vendor.py): the same study, as MKL runs on this CPU and as it runs on an Intel one.
 """
 
 from __future__ import annotations
@@ -138,7 +140,8 @@ def test_the_provenance_says_which_kernels_made_the_outputs(studies):
 
     on = json.loads((studies[True, "avx512-amx"] / "backbone/card.json").read_text())["provenance"]["compute"]
     assert on["reproducible"] is True and on["aten_capability"] == "AVX2" and on["mkldnn_enabled"] is False
-    assert on["caps"]["MKL_CBWR"] == "AVX2,STRICT" and on["caps"]["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert on["caps"]["MKL_CBWR"] == "COMPATIBLE,STRICT" and on["caps"]["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert on["mkl_branch"] == "COMPATIBLE,STRICT"  # what MKL says it runs
     assert "avx512f" in on["cpu_flags"] and on["deterministic"] is True
     probe = torch.load(studies[True, "avx512-amx"] / "probe/model.pt", map_location="cpu", weights_only=False)
     assert "Haswell" in json.dumps(probe, default=str)  # its provenance: the OpenBLAS kernels of its fit
@@ -189,12 +192,37 @@ def test_compare_names_cpus_of_other_instruction_sets_before_the_numbers():
     assert machines(_record(amx, "AVX2", True), _record(amx, "AVX2", True)) == [
         "- the same: CPU maker, instruction sets, kernels, caps and torch builds"]
     assert machines({}, _record(amx, "AVX2", True))[0].startswith("- a run's record does not say")
-    amd = _record(avx2, "AVX2", True)
-    for job in amd["compute"]:
+
+
+def _on_amd(record: dict, mkl_branch: str | None = None) -> dict:
+    for job in record["compute"]:
         job["cpu_vendor"] = "AuthenticAMD"
-    assert machines(_record(amx, "AVX2", True), amd)[0] == (
-        "- **CPU makers**: GenuineIntel → AuthenticAMD (MKL's reproducible branch is promised on Intel CPUs only: "
-        "the numbers may move)")
+        if mkl_branch:
+            job["mkl_branch"] = mkl_branch
+    return record
+
+
+def test_compare_names_cpu_makers_as_a_cause_only_where_mkl_could_take_another_code_on_each():
+    from dear.compare import machines
+
+    amx, avx2 = ["avx2", "fma", "avx512f", "amx_bf16"], ["avx2", "fma"]
+    intel, amd = _record(amx, "AVX2", True), _on_amd(_record(avx2, "AVX2", True))  # the setting's caps: COMPATIBLE
+    assert machines(intel, amd)[0] == ("- **CPU makers**: GenuineIntel → AuthenticAMD: both ran MKL's COMPATIBLE "
+                                       "branch (compute.reproducible), one code on every maker, so this alone moves "
+                                       "no number")
+    assert machines(intel, _on_amd(_record(avx2, "AVX2", True), "COMPATIBLE,STRICT"))[0].endswith("moves no number")
+    old = {**reproducible.CAPS, "MKL_CBWR": "AVX2,STRICT"}  # the setting before 2026-12-05: a snapshot's record
+    old_intel, old_amd = _record(amx, "AVX2", True, old), _on_amd(_record(avx2, "AVX2", True, old), "AUTO,STRICT")
+    assert machines(old_intel, old_amd)[0] == (
+        "- **CPU makers**: GenuineIntel → AuthenticAMD (MKL's branch AVX2,STRICT → AUTO,STRICT: outside its "
+        "COMPATIBLE branch MKL picks its code by the CPU's maker, so the numbers may move)")
+    moved = machines(old_intel, amd)  # the snapshot made under the old cap against a run under the setting
+    assert moved[0].startswith("- **CPU makers**: GenuineIntel → AuthenticAMD (MKL's branch AVX2,STRICT → COMPATIBLE:")
+    assert any(line.startswith("- **kernels**") and "MKL_CBWR=COMPATIBLE,STRICT" in line for line in moved)
+    off = _on_amd(_record(avx2, "AVX2", False))
+    assert machines(_record(amx, "AVX512", False), off)[0].endswith("(MKL's branch OFF → OFF: outside its COMPATIBLE "
+                                                                    "branch MKL picks its code by the CPU's maker, so "
+                                                                    "the numbers may move)")
 
 
 def test_compare_tells_a_snapshot_that_predates_the_record_from_a_folder_without_a_run(tmp_path):
@@ -204,3 +232,37 @@ def test_compare_tells_a_snapshot_that_predates_the_record_from_a_folder_without
     (tmp_path / "run.json").write_text("{}")
     with pytest.raises(DearError, match="a snapshot without the run's record.json.*python -m dear.docs --snapshot"):
         _report_folder(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def makers(tmp_path_factory) -> dict:
+    """{(setting, maker): folder} of the short study run as this CPU runs MKL and with MKL told it is an Intel CPU."""
+    from tests.mkl_vendor import intel_shim
+
+    base = tmp_path_factory.mktemp("makers")
+    shim = intel_shim(base)
+    if shim is None:
+        pytest.skip("needs a C compiler (cc) to build the preloaded library")
+    _world(base)
+    runs = {(on, maker): _folder(base, f"{'on' if on else 'off'}-{maker}", on) for on in (True, False)
+            for maker in ("here", "intel")}
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda key: _study(runs[key], {"LD_PRELOAD": str(shim)} if key[1] == "intel" else {}), runs))
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(reproducible.cpu_vendor() == "GenuineIntel",
+                    reason="emulates an Intel CPU for MKL on another maker's (tests/mkl_vendor.py)")
+def test_the_same_bytes_when_mkl_takes_this_cpu_for_an_intel_one(makers):
+    """The other CPU maker, emulated for MKL (the one library that picks its code by maker): with the setting on,
+    the weights, the probe and the evaluation are byte-identical; with it off the models differ (not vacuous)."""
+    import json
+
+    on = [_outputs(makers[True, maker]) for maker in ("here", "intel")]
+    off = [_outputs(makers[False, maker]) for maker in ("here", "intel")]
+    for key in ("backbone", "trained", "probe", "eval"):
+        assert on[0][key] == on[1][key], key
+    assert off[0]["backbone"] != off[1]["backbone"] and off[0]["trained"] != off[1]["trained"]
+    record = json.loads((makers[True, "intel"] / "backbone/card.json").read_text())["provenance"]["compute"]
+    assert record["mkl_branch"] == "COMPATIBLE,STRICT" and record["products"] == "OpenBLAS (numpy)"
