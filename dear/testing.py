@@ -373,18 +373,28 @@ class Kit:
         return load_trained(path or run.model, self.backbone(), self.folder / "roles.parquet")
 
     def logits(self, model, run: Run):
-        """[3, S+1, C] stream logits of fixed images on the trained classes, on one thread and without oneDNN:
-        float sums depend on both, and a `dear` stage sets its own (compute.reproducible, its CPU budget)."""
+        """[3, S+1, C] stream logits of fixed images on the trained classes, computed as a `dear` stage computes
+        them: float sums depend on the thread count, on oneDNN and on who does the matrix products
+        (compute.reproducible: numpy's OpenBLAS, dear.blas), so each is fixed here, inside a stage and out."""
         import torch
+        from threadpoolctl import threadpool_limits
+
+        from dear import blas
+        from dear.params import load_params
 
         torch.manual_seed(0)
         images = torch.randn(3, 3, 32, 32)
         threads = torch.get_num_threads()
+        products = load_params(self.params_path).compute.reproducible and not blas.installed()
         torch.set_num_threads(1)
+        if products:
+            blas.install()
         try:
-            with torch.no_grad(), torch.backends.mkldnn.flags(enabled=False):
+            with torch.no_grad(), torch.backends.mkldnn.flags(enabled=False), threadpool_limits(1):
                 return model.logits(model.encode(model.image_prefix(images)), _targets(run)[0][2])
         finally:
+            if products:
+                blas.remove()
             torch.set_num_threads(threads)
 
 
