@@ -39,7 +39,7 @@ for side in on off; do
     clone="$SCRATCH/$side"
     seconds="$(cat "$SCRATCH/$side.seconds")"
     if cmp -s "$clone/report/results.csv" "$clone/docs/demo/results.csv"; then same="byte-identical to"; else same="differs from"; fi
-    echo "== compute.reproducible $side: $(python3 -c "s=float('$seconds'); print(f'{int(s // 60)} min {round(s % 60)} s')")" \
+    echo "== compute.reproducible $side: $(python3 -c "s=float('$seconds'); m, r = divmod(round(s), 60); print(f'{m} min {r} s')")" \
          "on $(git -C "$clone" rev-parse --short HEAD); report/results.csv $same docs/demo/results.csv"
     (cd "$clone" && PYTHONPATH="$clone" "$VENV/bin/python" benchmarks/demo_time.py --logs logs --cores 2)
 done
