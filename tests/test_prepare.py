@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from dear.cli import app
 from dear.data import coop, verify
 from dear.data.manifest import classnames, read_fewshot, read_manifest, select
+from dear.errors import DearError
 from dear.io import read_parquet
 from fake_coop import IMAGENET_SETS, JSON_LAYOUT, NAMES, WORLD, make_fake_dataset, wnid, write_params
 
@@ -327,3 +329,16 @@ def test_worker_pool_gives_the_same_results_as_one_process(in_tmp, monkeypatch):
     assert np.array_equal(one.width, pool.width) and np.array_equal(one.height, pool.height)
     assert one.sha256 == pool.sha256 and one.sha256[0] is not None and one.sha256[4] is None
     assert one.width[4] == -1 and one.width[0] > 0
+
+
+def _die(bounds):
+    os._exit(9)  # a worker killed mid-chunk, as the OOM killer would
+
+
+def test_a_worker_that_dies_is_an_error_not_a_hang(in_tmp, monkeypatch):
+    folder = make_fake_dataset("data", "world_objects", n_classes=2, per_class=3)
+    paths = sorted(str(p) for p in (folder / "images").rglob("*.png"))
+    monkeypatch.setattr(verify, "CHUNK", 2)
+    monkeypatch.setattr(verify, "_check_range", _die)
+    with pytest.raises(DearError, match="a worker process died before it finished .*data.workers: 1"):
+        verify.check_images(paths, "decode", True, workers=2)

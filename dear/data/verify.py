@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 import os
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -32,6 +34,7 @@ import numpy as np
 from PIL import Image
 
 from dear import cpus
+from dear.errors import DearError
 from dear.progress import track
 
 CHUNK = 2048  # paths per task: large enough to amortize inter-process traffic
@@ -93,9 +96,16 @@ def _run(ranges: list[tuple[int, int]], workers: int, label: str) -> Iterator[tu
     if workers <= 1 or len(ranges) <= 1:
         yield from track(map(_check_range, ranges), label, total=len(ranges))
         return
-    # fork (children see _SHARED) before the progress bar starts its refresh thread
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        yield from track(pool.imap(_check_range, ranges), label, total=len(ranges))
+    # fork (children see _SHARED) before the progress bar starts its refresh thread. An executor, not a
+    # multiprocessing.Pool: when a worker dies (the kernel's OOM killer, a signal), a Pool waits forever for
+    # its lost chunk; the executor raises
+    fork = multiprocessing.get_context("fork")
+    try:
+        with ProcessPoolExecutor(workers, mp_context=fork) as pool:
+            yield from track(pool.map(_check_range, ranges), label, total=len(ranges))
+    except BrokenProcessPool:
+        raise DearError(f"{label}: a worker process died before it finished (out of memory?): "
+                        "rerun with data.workers: 1, or with more memory") from None
 
 
 def _check_range(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str | None],
