@@ -135,8 +135,13 @@ def _changed(raw: dict, changes: dict) -> dict:
 
 def smoke_text(root: Path) -> str:
     """configs/smoke.yaml as `python -m dear.docs` writes it."""
+    return _written(root, HEADER, smoke_params)
+
+
+def _written(root: Path, header: str, from_demo) -> str:
+    """A config written from params.yaml: its header, then `from_demo(the demo's params)` as YAML."""
     demo = yaml.safe_load((root / "params.yaml").read_text())
-    return HEADER + yaml.safe_dump(smoke_params(demo), sort_keys=False, width=120)
+    return header + yaml.safe_dump(from_demo(demo), sort_keys=False, width=120)
 
 
 # --- configs/demo-fewshot.yaml: the demo's few-shot figure (`make demo-fewshot`) ----------------------
@@ -165,9 +170,7 @@ DEMO_FEWSHOT_HEADER = """\
 
 def demo_fewshot_text(root: Path) -> str:
     """configs/demo-fewshot.yaml as `python -m dear.docs` writes it."""
-    demo = yaml.safe_load((root / "params.yaml").read_text())
-    raw = with_extra_methods(_changed(copy.deepcopy(demo), DEMO_FEWSHOT))
-    return DEMO_FEWSHOT_HEADER + yaml.safe_dump(raw, sort_keys=False, width=120)
+    return _written(root, DEMO_FEWSHOT_HEADER, lambda demo: with_extra_methods(_changed(demo, DEMO_FEWSHOT)))
 
 
 # --- configs/demo-2026.yaml: the demo with MMRL++ and TAC beside MMRL (`make demo-2026`) -----------------------
@@ -190,9 +193,7 @@ DEMO_2026_HEADER = """\
 
 def demo_2026_text(root: Path) -> str:
     """configs/demo-2026.yaml as `python -m dear.docs` writes it."""
-    demo = yaml.safe_load((root / "params.yaml").read_text())
-    raw = with_2026_methods(_changed(copy.deepcopy(demo), DEMO_2026))
-    return DEMO_2026_HEADER + yaml.safe_dump(raw, sort_keys=False, width=120)
+    return _written(root, DEMO_2026_HEADER, lambda demo: with_2026_methods(_changed(demo, DEMO_2026)))
 
 
 # --- examples/clip-adapter/smoke.yaml: the smoke study with the example's plugin method (docs/your-method.md) --------
@@ -215,9 +216,7 @@ EXAMPLE_SMOKE_HEADER = """\
 
 def example_smoke_text(root: Path) -> str:
     """examples/clip-adapter/smoke.yaml as `python -m dear.docs` writes it."""
-    demo = yaml.safe_load((root / "params.yaml").read_text())
-    raw = _changed(smoke_params(demo), EXAMPLE_SMOKE)
-    return EXAMPLE_SMOKE_HEADER + yaml.safe_dump(raw, sort_keys=False, width=120)
+    return _written(root, EXAMPLE_SMOKE_HEADER, lambda demo: _changed(smoke_params(demo), EXAMPLE_SMOKE))
 
 
 GENERATED = {PATH: smoke_text, DEMO_FEWSHOT_PATH: demo_fewshot_text,  # the configs `python -m dear.docs` writes
