@@ -7,6 +7,7 @@ value of ours), `dear recipe` shows it with its source, and a run of fewer steps
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -20,6 +21,7 @@ from dear.params import load_params
 from dear.runrecord import read_model
 from dear.stages.report import short_runs
 from dear.stages.train import short_run
+from dear.train.data import Schedule
 from fake_coop import write_params
 from tests import fake_run
 from tests.own_data import imagefolder
@@ -77,8 +79,8 @@ def test_a_dataset_of_ones_own_trains_at_least_the_fewest_steps(own_params):
     assert {key: s.value for key, s in longer.settings.items() if key != "epochs"} == \
         {key: s.value for key, s in coop.settings.items() if key != "epochs"}
     assert lengthened(coop, 32 * 20) is coop  # 20 steps an epoch x 10 epochs: enough as it is
-    assert short_run(longer, 6) is None
-    assert short_run(coop, 6) == (
+    assert short_run(longer, _epochs(longer, 6)) is None
+    assert short_run(coop, _epochs(coop, 6)) == (
         "coop on mine: 10 optimizer steps (10 epochs of 1 at batch 32, 6 training images), fewer than the 100 of the "
         "shortest base-to-novel run of the baselines' authors; raise train.recipes.coop.epochs or min_steps "
         "(docs/your-data.md#training-lengths)")
@@ -87,6 +89,24 @@ def test_a_dataset_of_ones_own_trains_at_least_the_fewest_steps(own_params):
     assert lengthened(mmrl, 64).epochs == 50 and lengthened(mmrl, 64).settings["epochs"].authors == 10
     unset = resolve({"all": {"min_steps": None}}, "coop", "mine", "base_to_novel", own=True)
     assert lengthened(unset, 6) is unset and unset.settings["min_steps"].authors is NOT_SET
+
+
+def _epochs(recipe, images: int) -> Schedule:
+    """The trainer's schedule of a run of whole epochs on `images` shots."""
+    return Schedule(n=images, batch_size=recipe.batch_size, epochs=recipe.epochs, seed=1)
+
+
+def test_a_run_counted_in_iterations_is_checked_by_its_steps_not_its_epochs():
+    """CLIP-LoRA's recipe has no epochs (null): its length is iterations_per_shot x K steps (the smoke's CI run
+    broke on `None * steps`)."""
+    lora = resolve({"clip_lora": {"iterations_per_shot": 10}}, "clip_lora", "world_objects", "transfer")
+    assert lora.epochs is None
+    short = Schedule(n=2 * 5, batch_size=32, epochs=1, seed=1, drop_last=False, steps=10 * 2)
+    assert short_run(lora, short) == (
+        "clip_lora on world_objects: 20 optimizer steps (iterations_per_shot 10 x the shots of a class), fewer than "
+        "the 100 of the shortest base-to-novel run of the baselines' authors; raise "
+        "train.recipes.clip_lora.iterations_per_shot (docs/your-data.md#training-lengths)")
+    assert short_run(lora, dataclasses.replace(short, steps=500 * 2)) is None
 
 
 def test_dear_recipe_shows_min_steps_with_its_source_and_the_epochs_it_makes(own_params):

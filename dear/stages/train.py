@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from dear.errors import DearError
 from dear.io import check_output_file, output_folder, provenance, sha256_file, sha256_json, versions, write_parquet
-from dear.methods.recipe import FEWEST_STEPS, lengthened, steps_per_epoch
+from dear.methods.recipe import FEWEST_STEPS, lengthened
 from dear.model import internals as oc
 from dear.model.trained import backbone_sha256, read_roles, save_trained
 from dear.params import Params
@@ -128,7 +128,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         check_images_exist(shots, inputs.fewshot)
         val = features.search_shots(model, shots, inputs.fewshot, inputs.classes) if model.searches_validation else None
         log.info("%s on %s (%s): %s", name, inputs.dataset, recipe.protocol, _recipe_line(recipe))
-        warning = short_run(recipe, len(shots.paths))
+        warning = short_run(recipe, trainer.schedule_of(recipe, shots, inputs.seed))
         if warning:
             log.warning("%s", warning)
         rows = trainer.fit(trainer.Run(
@@ -178,16 +178,21 @@ def _check_shot_count(inputs: Inputs, shots) -> None:
                         f"{inputs.shots}; pass data/<ds>/fewshot-shots{inputs.shots}-seed<S>.parquet")
 
 
-def short_run(recipe, images: int) -> str | None:
-    """The warning of a run that takes fewer optimizer steps than any baseline's authors train a base-to-novel run
-    with (`FEWEST_STEPS`), or None: such a run may end where it began (issue 39: CoOp at 10 steps was zero-shot)."""
-    steps = recipe.epochs * steps_per_epoch(images, recipe.batch_size)
+def short_run(recipe, schedule) -> str | None:
+    """The warning of a run whose `schedule` (the trainer's) takes fewer optimizer steps than any baseline's authors
+    train a base-to-novel run with (`FEWEST_STEPS`), or None: such a run may end where it began (issue 39: CoOp at
+    10 steps was zero-shot). A run counted in iterations (CLIP-LoRA's `iterations_per_shot`) has no epochs."""
+    steps = schedule.total_steps
     if steps >= FEWEST_STEPS:
         return None
-    return (f"{recipe.method} on {recipe.dataset}: {steps} optimizer steps ({recipe.epochs} epochs of "
-            f"{steps_per_epoch(images, recipe.batch_size)} at batch {recipe.batch_size}, {images} training images), "
-            f"fewer than the {FEWEST_STEPS} of the shortest base-to-novel run of the baselines' authors; raise "
-            f"train.recipes.{recipe.recipe}.epochs or min_steps (docs/your-data.md#training-lengths)")
+    if schedule.steps is None:
+        length, key = (f"{schedule.epochs} epochs of {schedule.steps_per_epoch} at batch {schedule.batch_size}, "
+                       f"{schedule.n} training images"), "epochs or min_steps"
+    else:
+        length, key = f"iterations_per_shot {recipe.iterations_per_shot} x the shots of a class", "iterations_per_shot"
+    return (f"{recipe.method} on {recipe.dataset}: {steps} optimizer steps ({length}), fewer than the {FEWEST_STEPS} "
+            f"of the shortest base-to-novel run of the baselines' authors; raise train.recipes.{recipe.recipe}.{key} "
+            f"(docs/your-data.md#training-lengths)")
 
 
 def _recipe_line(recipe) -> str:
