@@ -55,13 +55,18 @@ def test_the_smoke_study_covers_few_shot_learning_at_two_shot_counts():
 
 def test_the_demo_s_few_shot_config_is_the_demo_with_its_protocol_alone_and_make_demo_fewshot_runs_it():
     from dear.docs.smoke import DEMO_FEWSHOT_PATH, EXTRA_METHODS, demo_fewshot_text
+    from dear.methods import REGISTRY
 
     assert (ROOT / DEMO_FEWSHOT_PATH).read_text() == demo_fewshot_text(ROOT), "stale: run `python -m dear.docs`"
     few, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (DEMO_FEWSHOT_PATH, "params.yaml"))
     for section in ("world", "backbone", "model", "train", "profile"):  # the demo's world and backbone
         assert few[section] == demo[section], section
     lpclip = ["zeroshot", *EXTRA_METHODS, *demo["study"]["methods"][1:]]  # the demo's methods, the linear probe, ...
-    assert few["study"]["methods"] == lpclip and few["report"] == demo["report"]  # report.methods: the study's
+    at = lpclip.index("mmrl") + 1
+    assert few["study"]["methods"] == [*lpclip[:at], "mmrlpp", "tac", *lpclip[at:]]  # ... MMRL++ and TAC beside MMRL
+    assert sorted(few["study"]["methods"]) == sorted(name for name, entry in REGISTRY.items()
+                                                     if "few_shot" in entry.protocols)  # every built-in method
+    assert few["report"] == demo["report"]  # report.methods: the study's
     assert few["data"]["seeds"] == [1]
     assert few["study"]["few_shot"] == {"datasets": ["world_objects_sketch"], "shots": [1, 4, 16]}
     assert few["study"]["base_to_novel"] == [] and few["study"]["transfer"] is None

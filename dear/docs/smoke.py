@@ -58,7 +58,8 @@ SMOKE = {  # dotted key: the smoke study's value (the tiny world has 8 objects o
 EXTRA_METHODS = ("linear_probe", "tip_adapter_f", "clip_lora")
 
 
-METHODS_2026 = ("mmrlpp", "tac")  # the 2026 table's prompt learners: the smoke study and make demo-2026, not the demo
+# the 2026 table's prompt learners: the smoke and few-shot studies and make demo-2026, not the demo
+METHODS_2026 = ("mmrlpp", "tac")
 
 
 def with_2026_methods(raw: dict) -> dict:
@@ -157,9 +158,9 @@ DEMO_FEWSHOT = {  # dotted key: its value; every other key is the demo's (world,
     "study.few_shot": {"datasets": ["world_objects_sketch"], "shots": [1, 4, 16]},
 }
 DEMO_FEWSHOT_HEADER = """\
-# The demo's few-shot figure: every method of the demo, linear_probe, tip_adapter_f and clip_lora, trained on 1, 4
-# and 16 shots of every class of world_objects_sketch, one seed, scored on its test split (`make demo-fewshot`;
-# outputs in demo-fewshot/).
+# The demo's few-shot figure: every method of the demo, linear_probe, tip_adapter_f, clip_lora, mmrlpp and tac (every
+# built-in method), trained on 1, 4 and 16 shots of every class of world_objects_sketch, one seed, scored on its test
+# split (`make demo-fewshot`; outputs in demo-fewshot/).
 # The world and the backbone are the demo's values (the same world, the same pretraining), the base-to-novel
 # and transfer protocols are off. Written by `python -m dear.docs` from params.yaml and dear/docs/smoke.py
 # (DEMO_FEWSHOT): edit those, not this file.
@@ -170,7 +171,8 @@ DEMO_FEWSHOT_HEADER = """\
 
 def demo_fewshot_text(root: Path) -> str:
     """configs/demo-fewshot.yaml as `python -m dear.docs` writes it."""
-    return _written(root, DEMO_FEWSHOT_HEADER, lambda demo: with_extra_methods(_changed(demo, DEMO_FEWSHOT)))
+    return _written(root, DEMO_FEWSHOT_HEADER,
+                    lambda demo: with_2026_methods(with_extra_methods(_changed(demo, DEMO_FEWSHOT))))
 
 
 # --- configs/demo-2026.yaml: the demo with MMRL++ and TAC beside MMRL (`make demo-2026`) -----------------------
