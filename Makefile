@@ -33,6 +33,7 @@ demo: $(STAMP)
 # the demo's few-shot figure (configs/demo-fewshot.yaml, written from params.yaml): every demo method on 1, 4 and 16
 # shots of every class of world_objects_sketch, one seed; its own output root (demo-fewshot/), the demo's world values.
 demo-fewshot: $(STAMP)
+	mkdir -p $(SNAKEMAKE_OUTPUT_CACHE)
 	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/demo-fewshot.yaml
 	@echo "The few-shot report is in demo-fewshot/report/results.md."
 
