@@ -137,3 +137,16 @@ def test_a_short_run_warns_in_its_log_and_in_the_report(tmp_path):
     assert f"coop on world_objects (base-to-novel): {model['steps']} steps (seed 1), {model['steps']} steps (seed 2)" \
         in note and "zeroshot" not in note
     assert short_runs([{**model, "steps": FEWEST_STEPS}]) == []
+
+
+def test_a_run_counted_in_iterations_trains_through_dear_train_and_warns_by_its_steps(tmp_path):
+    """CLIP-LoRA through the stage, as the smoke study runs it (epochs null: the warning once multiplied None)."""
+    params = fake_run.prepared_project(tmp_path, {"clip_lora": {"iterations_per_shot": 3}})
+    data, log = tmp_path / "data/world_objects", tmp_path / "train.log"
+    fake_run.invoke("train", "--params", params, "--method", "clip_lora", "--dataset", "world_objects", "--seed", 1,
+                    "--classes", "all", "--backbone", tmp_path / "backbone", "--fewshot", data / "fewshot-seed1.parquet",
+                    "--out", tmp_path / "run/train/seed1", "--checkpoint", tmp_path / "ckpt.pt", "--log", log)
+    model = read_model(tmp_path / "run/train/seed1/model.pt")
+    assert model["steps"] == 3 * 2  # iterations_per_shot x 2 shots a class
+    assert "clip_lora on world_objects: 6 optimizer steps (iterations_per_shot 3 x the shots of a class)" \
+        in log.read_text()
