@@ -532,6 +532,21 @@ def test_unseen_classes_are_shown_under_both_inferences_from_the_same_evaluation
     assert table.splitlines()[2] == "| dear | 60.00 ± 0.00 | 70.00 ± 0.00 | 68.57 ± 0.00 | 74.67 ± 0.00 | 50.00 ± 0.00 | 40.00 ± 0.00 |"
 
 
+
+def test_a_study_without_unseen_classes_has_no_table_of_both_inferences(tmp_path):
+    """A few-shot study (demo-fewshot): dear's streams on all classes of dsA at 4 shots, no novel class, no transfer
+    target; the page once showed an "Unseen classes both ways" table of dashes."""
+    rows = [{**r, "stream": stream} for stream, percent in (("output", 60), ("fused", 60), ("cls", 50), ("color", 20))
+            for r in split_rows("dear", "dsA", 1, "few_shot_4", "dsA", "all", percent)]
+    evals = [tmp_path / "dear/seed1/eval.parquet"]
+    write_eval(evals[0], rows, provenance={"params": {"fusion": {"novel": "cls"}}, "seed": 1})
+    result = invoke(write_params(tmp_path, methods=["dear"]), tmp_path / "report", evals)
+    assert result.exit_code == 0, result.output
+    markdown = (tmp_path / "report/results.md").read_text()
+    assert "| dear | **60.00** | 1 (no seed 2, 3) |" in markdown  # the few-shot table
+    assert "Unseen classes both ways" not in markdown
+
+
 EXPECTED_PAPER_AVERAGE = """\
 ## Average over 2 datasets
 

@@ -145,12 +145,17 @@ def _b2n_table(rows: pd.DataFrame, dataset: str, methods: list[str], page: Page)
 
 
 def _inferences(frame: pd.DataFrame, page: Page) -> list[str]:
-    """Unseen classes under both inferences, Averages only (every dataset: inference.csv)."""
+    """Unseen classes under both inferences, Averages only (every dataset: inference.csv); nothing when no protocol
+    with unseen classes ran (a few-shot study)."""
     averages = frame[frame["row"] == "average"]
-    columns = [("base_to_novel", "", "novel", "Novel"), ("base_to_novel", "", "hm", "HM")]
+    columns = []
+    if (averages["protocol"] == "base_to_novel").any():
+        columns += [("base_to_novel", "", "novel", "Novel"), ("base_to_novel", "", "hm", "HM")]
     for protocol in ("cross_dataset", "domain_generalization"):
         for source in dict.fromkeys(averages.loc[averages["protocol"] == protocol, "source"]):
             columns.append((protocol, source, "accuracy", f"{PROTOCOL_TITLES[protocol]} from {source}"))
+    if not columns:
+        return []
     header = ["Method"] + [f"{title} · {inference}" for *_, title in columns for inference in INFERENCES]
     body = []
     for method in [m for m in method_order(page.methods, averages["method"]) if m in set(averages["method"])]:
