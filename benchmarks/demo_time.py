@@ -33,7 +33,7 @@ import yaml
 from dear.runrecord import read_benchmarks
 
 ALONE = ("world", "backbone", "profile", "report")  # nothing else can run beside them in the demo's graph
-TRAINING = ("train", "train_transfer")
+TRAINING = ("train", "train_transfer", "train_fewshot")
 
 
 def method_of(job: str) -> str | None:

@@ -70,6 +70,12 @@ def test_the_demo_time_summary_adds_the_jobs_up(tmp_path):
     assert "| train | 2 | 28 |" in lines and "| coop | 90 |" in lines
     # alone 130 s + (fuse and evaluate 26 s + 3 training jobs x 4 s) / 2 = 149 s
     assert lines[-1].startswith("- **with no training step at all: about 2.5 min**")
+    for job, seconds in {"train_fewshot/zeroshot/dsA/shots1": 4, "train_fewshot/coop/dsA/shots1": 30}.items():
+        path = tmp_path / f"{job}.benchmark.tsv"  # a few-shot study's training jobs count as training too
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(header + f"{seconds}\t0:00:{seconds:02d}\t100\t0\t0\t0\t0\t0\t0\t{seconds}\n")
+    lines = _script("demo_time").summary(tmp_path, cores=2)
+    assert "- of them training: 102 job-seconds in 5 jobs (a job that trains nothing: 4.0 s)" in lines
 
 
 def test_the_text_prefix_benchmark_steps_each_method_both_ways():
