@@ -12,28 +12,20 @@
 # with `make demo`'s cold time on the same machine (benchmarks/demo_on_off.sh, its "on" side): the 10% the demo may
 # grow by (issue 38) is that ratio. About 40 + 25 minutes on 2 cores.
 set -euo pipefail
-REPO="$(cd "$(dirname "$0")/.." && pwd)"
+source "$(dirname "$0")/fresh_clone.sh"
 COMMIT="$(git -C "$REPO" rev-parse "${1:-HEAD}")"
 SCRATCH="${2:-/tmp/dear-demo-2026}"
-VENV="$REPO/.venv"
-test -x "$VENV/bin/snakemake" || { echo "error: $VENV/bin/snakemake not found: run make install first" >&2; exit 1; }
-rm -rf "$SCRATCH" && mkdir -p "$SCRATCH/cache"
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
 clone="$SCRATCH/clone"
-git clone --quiet --no-checkout "$REPO" "$clone"
-git -C "$clone" checkout --quiet "$COMMIT"
-ln -s "$VENV" "$clone/.venv"
+fresh_clone "$COMMIT" "$clone"
 
 for study in demo-2026 demo-fewshot; do
     echo "$(date '+%F %T') make $study in $clone"
-    (cd "$clone" && SNAKEMAKE_OUTPUT_CACHE="$SCRATCH/cache" PYTHONPATH="$clone" HF_HUB_OFFLINE=1 DVC_NO_ANALYTICS=1 \
-        PATH="$VENV/bin:$PATH" /usr/bin/time -f "%e" -o "$SCRATCH/$study.seconds" \
-        "$VENV/bin/snakemake" --cores 2 --scheduler greedy --cache --configfile "configs/$study.yaml" \
-        > "$SCRATCH/$study.log" 2>&1) || { echo "error: make $study failed: see $SCRATCH/$study.log" >&2; exit 1; }
+    timed_study "$clone" "$SCRATCH/cache" "$SCRATCH/$study" --configfile "configs/$study.yaml"
 done
 
 for study in demo-2026 demo-fewshot; do
-    seconds="$(cat "$SCRATCH/$study.seconds")"
-    echo "== make $study: $(python3 -c "m, r = divmod(round(float('$seconds')), 60); print(f'{m} min {r} s')")" \
-         "on $(git -C "$clone" rev-parse --short HEAD) ($(grep -c 'Finished jobid' "$SCRATCH/$study.log") jobs)"
+    echo "== make $study: $(minutes "$SCRATCH/$study.seconds") on $(git -C "$clone" rev-parse --short HEAD)" \
+         "($(grep -c 'Finished jobid' "$SCRATCH/$study.log") jobs)"
     (cd "$clone" && PYTHONPATH="$clone" "$VENV/bin/python" benchmarks/demo_time.py --logs "$study/logs" --cores 2)
 done

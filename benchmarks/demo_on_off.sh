@@ -11,35 +11,26 @@
 # Prints each side's wall time, the job-seconds per stage (benchmarks/demo_time.py) and whether its
 # report/results.csv is byte-identical to docs/demo/results.csv. About 25 + 25 minutes on 2 cores.
 set -euo pipefail
-REPO="$(cd "$(dirname "$0")/.." && pwd)"
+source "$(dirname "$0")/fresh_clone.sh"
 COMMIT="$(git -C "$REPO" rev-parse "${1:-HEAD}")"
 SCRATCH="${2:-/tmp/dear-demo-on-off}"
-VENV="$REPO/.venv"
-test -x "$VENV/bin/snakemake" || { echo "error: $VENV/bin/snakemake not found: run make install first" >&2; exit 1; }
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
 
 for side in on off; do
     clone="$SCRATCH/$side"
-    git clone --quiet --no-checkout "$REPO" "$clone"
-    git -C "$clone" checkout --quiet "$COMMIT"
-    ln -s "$VENV" "$clone/.venv"
+    fresh_clone "$COMMIT" "$clone"
     if [ "$side" = off ]; then
         sed -i 's/^  reproducible: true /  reproducible: false/' "$clone/params.yaml"
         grep -q '^  reproducible: false' "$clone/params.yaml" || { echo "error: params.yaml: no compute.reproducible line to turn off" >&2; exit 1; }
     fi
-    mkdir -p "$SCRATCH/$side-cache"
     echo "$(date '+%F %T') $side: make demo in $clone"
-    (cd "$clone" && SNAKEMAKE_OUTPUT_CACHE="$SCRATCH/$side-cache" PYTHONPATH="$clone" HF_HUB_OFFLINE=1 \
-        DVC_NO_ANALYTICS=1 PATH="$VENV/bin:$PATH" /usr/bin/time -f "%e" -o "$SCRATCH/$side.seconds" \
-        "$VENV/bin/snakemake" --cores 2 --scheduler greedy --cache > "$SCRATCH/$side.log" 2>&1) \
-        || { echo "error: the $side run failed: see $SCRATCH/$side.log" >&2; exit 1; }
+    timed_study "$clone" "$SCRATCH/$side-cache" "$SCRATCH/$side"
 done
 
 for side in on off; do
     clone="$SCRATCH/$side"
-    seconds="$(cat "$SCRATCH/$side.seconds")"
     if cmp -s "$clone/report/results.csv" "$clone/docs/demo/results.csv"; then same="byte-identical to"; else same="differs from"; fi
-    echo "== compute.reproducible $side: $(python3 -c "s=float('$seconds'); m, r = divmod(round(s), 60); print(f'{m} min {r} s')")" \
+    echo "== compute.reproducible $side: $(minutes "$SCRATCH/$side.seconds")" \
          "on $(git -C "$clone" rev-parse --short HEAD); report/results.csv $same docs/demo/results.csv"
     (cd "$clone" && PYTHONPATH="$clone" "$VENV/bin/python" benchmarks/demo_time.py --logs logs --cores 2)
 done
