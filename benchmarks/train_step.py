@@ -18,6 +18,8 @@ memory and the memory the step adds on top of the loaded model.
     python benchmarks/train_step.py --arch dear-world --methods dear,coop,maple --set maple.prompt_depth=3
     python benchmarks/train_step.py --methods mmrl,mmrlpp,tac --classes 100 --set tac.vision_depth=12 \
         --set tac.text_depth=12                           # the 2026 methods at their authors' layers, ViT-B-16
+    python benchmarks/train_step.py --methods tip_adapter_f,clip_lora,mmrlpp --classes 100 --shots 16
+                                                          # few-shot recipes (CoOp's: 16 context tokens)
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class Bench:
     """One method's adapted model, optimizer and fixed batch on a shared frozen CLIP; `step()` runs one training step."""
 
     def __init__(self, model, tokenizer, method_name: str, classes: int, batch: int, device: str,
-                 changes: dict | None = None):
+                 changes: dict | None = None, shots: int | None = None):
         import torch
 
         from types import SimpleNamespace
@@ -56,7 +58,7 @@ class Bench:
         tower = internals.vision_tower(model)
         recipes = {**params.train.recipes, **{name: {**(params.train.recipes.get(name) or {}), **keys}
                                               for name, keys in (changes or {}).items()}}
-        recipe = resolve(recipes, method_name, "world_objects", "base_to_novel")
+        recipe = resolve(recipes, method_name, "world_objects", "few_shot" if shots else "base_to_novel", shots)
         roles = bench_roles(tower.layers, tower.heads) if method_name == "dear" else None
         backbone = SimpleNamespace(model=model, tokenizer=tokenizer)
         self.model = create(method_name, backbone, recipe, roles, seed=1).to(device).train()
@@ -106,16 +108,17 @@ CACHE_SHOTS = 16  # Tip-Adapter-F's cache in the benchmark: 16 shots of every cl
 
 
 def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, device: str,
-                methods=METHODS, changes: dict | None = None) -> dict:
+                methods=METHODS, changes: dict | None = None, shots: int | None = None) -> dict:
     """`methods` (and dear while fading in, with dear) on one frozen model, stepped in turn so machine load hits all
-    alike; `changes`: {recipe: {key: value}} on top of params.yaml's recipes."""
+    alike; `changes`: {recipe: {key: value}} on top of params.yaml's recipes; `shots`: each method's few-shot
+    recipe at K shots instead of its base-to-novel one."""
     import torch
 
     model, tokenizer = backbone(arch)
-    benches = {name: Bench(model, tokenizer, name, classes, batch, device, changes)
+    benches = {name: Bench(model, tokenizer, name, classes, batch, device, changes, shots)
                for name in dict.fromkeys([*methods, "coop"])}  # CoOp: the baseline of every ratio
     if "dear" in methods:
-        benches["dear_fading"] = Bench(model, tokenizer, "dear", classes, batch, device, changes)
+        benches["dear_fading"] = Bench(model, tokenizer, "dear", classes, batch, device, changes, shots)
         benches["dear_fading"].model.fade = 0.5
     times = {name: [] for name in benches}
     for index in range(warmup + rounds):
@@ -196,6 +199,8 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS), help="methods of the ratio part (CoOp: the baseline)")
     parser.add_argument("--set", action="append", default=[], metavar="RECIPE.KEY=VALUE",
                         help="change a recipe of params.yaml for this run (a YAML value), e.g. maple.prompt_depth=3")
+    parser.add_argument("--shots", type=int, help="the ratio part with each method's few-shot recipe at K shots "
+                        "(Tip-Adapter-F and CLIP-LoRA train in that protocol only)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -205,7 +210,7 @@ def main() -> None:
     counts = [int(c) for c in args.classes.split(",")]
     methods = args.methods.split(",")
     ratios = interleaved(args.arch, counts[0], args.batch, args.rounds, args.warmup, args.device, methods,
-                         recipe_changes(args.set))
+                         recipe_changes(args.set), args.shots)
     scaling = [spawn(args, "dear", c) for c in counts] + [spawn(args, "coop", int(c)) for c in args.coop_classes.split(",")]
     report(args, counts[0], ratios, scaling)
 
@@ -224,7 +229,8 @@ def recipe_changes(settings: list[str]) -> dict:
 
 def report(args, base: int, ratios: dict, scaling: list[dict]) -> None:
     print(f"{args.arch}, batch {args.batch}, {args.device}, {ratios['threads']} threads")
-    print(f"-- same model, same batch, {base} classes, {args.rounds} interleaved rounds after {args.warmup} warm-up")
+    recipes = f"few-shot recipes at {args.shots} shots" if args.shots else "base-to-novel recipes"
+    print(f"-- same model, same batch, {base} classes, {recipes}, {args.rounds} interleaved rounds after {args.warmup} warm-up")
     methods = [name for name in ratios if name not in ("threads", "dear_fading")]
     coop = ratios["coop"]
     print(f"{'method':<12} {'median s':>9} {'min s':>8} {'steps/s':>8} {'trainable':>11} {'step / CoOp':>12} "

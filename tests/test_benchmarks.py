@@ -113,3 +113,87 @@ def test_the_demo_time_tells_when_the_first_training_job_started():
     assert _script("demo_time").first_training(log) == 55.0
     assert _script("demo_time").first_training(log.replace("localrule train:", "rule report:")) is None
 
+
+
+def test_the_training_step_benchmark_takes_each_method_s_few_shot_recipe():
+    bench = _script("train_step")
+    changes = bench.recipe_changes(TINY_DEPTHS)
+    run = {shots: bench.interleaved("dear-world-tiny", classes=4, batch=2, rounds=1, warmup=0, device="cpu",
+                                    methods=["tip_adapter_f", "clip_lora"], changes=changes, shots=shots)
+           for shots in (None, 16)}
+    assert {"tip_adapter_f", "clip_lora", "coop"} == run[16].keys() - {"threads"}
+    assert run[16]["coop"]["trainable"] == 4 * run[None]["coop"]["trainable"]  # CoOp's few-shot context: 16, not 4
+    assert run[16]["tip_adapter_f"]["trainable"] == bench.CACHE_SHOTS * 4 * 64  # the cache keys: 16 shots x 4 classes x 64
+
+
+# A stand-in for MaxZanella/CLIP-LoRA's loralib with its interface (apply_lora walking the towers' resblocks,
+# q_proj/k_proj/v_proj carrying w_lora_A [r, D] and w_lora_B [D, r], scaling alpha / sqrt(r)), for the harness only:
+# the real one is the authors' checkout given to benchmarks/authors_step.py.
+FAKE_LORALIB = '''
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class LoRALinear(nn.Linear):
+    def __init__(self, weight, bias, r, alpha):
+        super().__init__(weight.shape[1], weight.shape[0])
+        self.weight.data.copy_(weight)
+        self.bias.data.copy_(bias)
+        self.w_lora_A = nn.Parameter(torch.empty(r, weight.shape[1]))
+        self.w_lora_B = nn.Parameter(torch.zeros(weight.shape[0], r))
+        nn.init.kaiming_uniform_(self.w_lora_A, a=math.sqrt(5))
+        self.scaling = alpha / math.sqrt(r)
+
+    def forward(self, x):
+        return super().forward(x) + x @ (self.w_lora_B @ self.w_lora_A).T * self.scaling
+
+
+class Attention(nn.Module):
+    def __init__(self, mha, r, alpha):
+        super().__init__()
+        D, self.heads = mha.embed_dim, mha.num_heads
+        for index, m in enumerate("qkv"):
+            rows = slice(index * D, (index + 1) * D)
+            setattr(self, m + "_proj", LoRALinear(mha.in_proj_weight.data[rows], mha.in_proj_bias.data[rows], r, alpha))
+        self.proj = mha.out_proj
+
+    def forward(self, query, key, value, need_weights=False, attn_mask=None, **kwargs):
+        B, T, D = query.shape
+        q, k, v = (getattr(self, m + "_proj")(query).view(B, T, self.heads, -1).transpose(1, 2) for m in "qkv")
+        mask = None if attn_mask is None else attn_mask.to(query.dtype)
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.proj(heads.transpose(1, 2).reshape(B, T, D)), None
+
+
+def apply_lora(args, clip_model):
+    for blocks in (clip_model.transformer.resblocks, clip_model.visual.transformer.resblocks):
+        for block in blocks:
+            block.attn = Attention(block.attn, args.r, args.alpha)
+
+
+def mark_only_lora_as_trainable(model):
+    for name, p in model.named_parameters():
+        p.requires_grad = "lora_" in name
+
+
+def get_lora_parameters(model):
+    return [p for name, p in model.named_parameters() if "lora_" in name]
+'''
+
+
+def test_the_authors_step_benchmark_runs_their_modules_beside_ours(tmp_path):
+    from types import SimpleNamespace
+
+    (tmp_path / "loralib").mkdir()
+    (tmp_path / "loralib" / "utils.py").write_text(FAKE_LORALIB)
+    bench = _script("authors_step")
+    args = SimpleNamespace(arch="dear-world-tiny", classes=4, batch=2, device="cpu", set=[], shots=4, warmup=0,
+                           rounds=1)
+    result = bench.compare("clip_lora", tmp_path, args)
+    assert result["trainable_ours"] == result["trainable_authors"] > 0
+    assert result["max_cosine_difference"] < 1e-5 < result["update_moves"]  # the same nonzero update on both sides
+    assert result["ours_median_s"] > 0 and result["authors_median_s"] > 0
+    assert result["note"].endswith("authors 24")  # dear-world-tiny's context length
