@@ -197,3 +197,15 @@ def test_the_authors_step_benchmark_runs_their_modules_beside_ours(tmp_path):
     assert result["max_cosine_difference"] < 1e-5 < result["update_moves"]  # the same nonzero update on both sides
     assert result["ours_median_s"] > 0 and result["authors_median_s"] > 0
     assert result["note"].endswith("authors 24")  # dear-world-tiny's context length
+
+
+def test_the_authors_step_benchmark_names_a_folder_that_is_not_their_checkout(tmp_path):
+    import pytest
+    from types import SimpleNamespace
+
+    bench = _script("authors_step")
+    args = SimpleNamespace(arch="dear-world-tiny", classes=4, batch=2, device="cpu", set=[], shots=4, warmup=0,
+                           rounds=1)
+    for method, repository in (("clip_lora", "MaxZanella/CLIP-LoRA"), ("mmrlpp", "yunncheng/MMRL")):
+        with pytest.raises(SystemExit, match=f"{tmp_path}: no .* here; give a checkout of {repository}"):
+            bench.compare(method, tmp_path, args)
