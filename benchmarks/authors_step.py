@@ -29,7 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_step import Bench, backbone, recipe_changes  # noqa: E402
+from train_step import Bench, _sync, backbone, recipe_changes  # noqa: E402
 
 # loralib/utils.py INDEX_POSITIONS_VISION is keyed by OpenAI's model names
 OPENAI_NAMES = {"ViT-B-16": "ViT-B/16", "ViT-B-16-quickgelu": "ViT-B/16", "ViT-B-32": "ViT-B/32", "ViT-L-14": "ViT-L/14"}
@@ -286,13 +286,6 @@ def compare(method: str, checkout: Path, args) -> dict:
             "trainable_authors": theirs.trainable, "threads": torch.get_num_threads(), "note": theirs.note(ours.model),
             **{f"{name}_median_s": statistics.median(t) for name, t in times.items()},
             **{f"{name}_min_s": min(t) for name, t in times.items()}}
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
 
 
 def main() -> None:
