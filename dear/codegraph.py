@@ -39,9 +39,11 @@ folder that holds their top-level package (`dear/methods/coop.py`,
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
-from copy import deepcopy
+import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -56,6 +58,9 @@ REGISTRIES = {"dear.methods": "REGISTRY", "dear.data.coop": "SPECS"}
 # dear.stale), so a new key or a reworded check there changes no job's code; not counted, not followed
 VALUES = {"dear.params"}
 HELP_KEYWORDS = {"Field": "description", "Option": "help", "Argument": "help"}  # call -> its help text
+# what an analysis on disk was made by: this module's own source, Python's syntax trees, PyYAML's reading
+_ANALYSER = hashlib.sha256(b"\0".join([Path(__file__).read_bytes(), sys.version.encode(),
+                                        yaml.__version__.encode()])).hexdigest()
 
 
 # top-level package or module -> its folder (a package) or file (a module): dear's, and each plugin's a job runs
@@ -114,11 +119,6 @@ def is_package(module: str) -> bool:
     return path is not None and path.name == "__init__.py"
 
 
-@lru_cache(maxsize=None)
-def _tree(path: Path, mtime_ns: int) -> ast.Module:
-    return ast.parse(path.read_text(), str(path))
-
-
 def _type_checking_only(node: ast.AST) -> bool:
     test = getattr(node, "test", None)
     return isinstance(node, ast.If) and (
@@ -145,23 +145,32 @@ def imports(module: str) -> set[str]:
 
 @lru_cache(maxsize=None)
 def _imports(module: str, path: Path, mtime_ns: int) -> frozenset[str]:
-    package = module if is_package(module) else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in _nodes(_tree(path, mtime_ns)):
+    named = _analysis(path, mtime_ns)["named"]
+    found = set(named["modules"])
+    for base, aliases in named["from"]:
+        found.update(f"{base}.{alias}" for alias in aliases if module_file(f"{base}.{alias}"))
+    return frozenset({above for name in found if module_file(name) for above in _with_parents(name)} - {module})
+
+
+def _named(tree: ast.Module, package: str) -> dict:
+    """The modules a syntax tree names in its imports: `modules` (import x, from x import, import_module("x")) and
+    `from` ([base, [names]]: each name may be a module too; the package's files decide, `_imports`)."""
+    modules, froms = set(), []
+    for node in _nodes(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            modules.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")
                 anchor = anchor[:len(anchor) - node.level + 1]
                 base = ".".join([*anchor, *([base] if base else [])])
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names if module_file(f"{base}.{alias.name}"))
+            modules.add(base)
+            froms.append([base, [alias.name for alias in node.names]])
         elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args \
                 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-            found.add(node.args[0].value)
-    return frozenset({above for name in found if module_file(name) for above in _with_parents(name)} - {module})
+            modules.add(node.args[0].value)
+    return {"modules": sorted(modules), "from": froms}
 
 
 def _is_import_module(func: ast.AST) -> bool:
@@ -206,17 +215,15 @@ def _stamped(module: str) -> tuple[Path, int]:
     return path, path.stat().st_mtime_ns
 
 
-@lru_cache(maxsize=None)
 def _strings(path: Path, mtime_ns: int) -> frozenset[str]:
     """The string constants of a module's code (docstrings and help texts left out)."""
-    return frozenset(node.value for node in _nodes(_without_docstrings(_tree(path, mtime_ns)))
-                     if isinstance(node, ast.Constant) and isinstance(node.value, str))
+    return frozenset(_analysis(path, mtime_ns)["strings"])
 
 
 def _without_docstrings(module: ast.Module) -> ast.Module:
-    """A copy of `module` without the docstrings of the module, its classes and functions, and without help texts."""
-    copy = deepcopy(module)
-    for node in ast.walk(copy):
+    """`module` without the docstrings of the module, its classes and functions, and without help texts (in place:
+    the tree is parsed for this alone)."""
+    for node in ast.walk(module):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
@@ -226,7 +233,7 @@ def _without_docstrings(module: ast.Module) -> ast.Module:
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
             if name in HELP_KEYWORDS:
                 node.keywords = [k for k in node.keywords if k.arg != HELP_KEYWORDS[name]]
-    return copy
+    return module
 
 
 def _registry(module: ast.Module, name: str) -> ast.Dict | None:
@@ -239,16 +246,6 @@ def _registry(module: ast.Module, name: str) -> ast.Dict | None:
     return None
 
 
-def _normalised(path: Path, mtime_ns: int) -> ast.Module:
-    """The module at `path` as fingerprinted: no docstrings or help texts, its registry emptied (counted by entry)."""
-    module = _without_docstrings(_tree(path, mtime_ns))
-    name = REGISTRIES.get(_module_name(path))
-    table = _registry(module, name) if name else None
-    if table is not None:
-        table.keys, table.values = [], []
-    return module
-
-
 def _module_name(path: Path) -> str:
     parts = Path(file_key(path)).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -256,37 +253,67 @@ def _module_name(path: Path) -> str:
 
 def registry_entries(module: str) -> dict[str, str]:
     """{key: sha256 of its entry's syntax tree} of the registry of `module` ({} if it has none)."""
-    return _registry_entries(module, *_stamped(module))
-
-
-@lru_cache(maxsize=None)
-def _registry_entries(module: str, path: Path, mtime_ns: int) -> dict[str, str]:
-    name = REGISTRIES.get(module)
-    table = _registry(_without_docstrings(_tree(path, mtime_ns)), name) if name else None
-    if table is None:
-        return {}
-    return {key.value: hashlib.sha256(ast.dump(value, include_attributes=False).encode()).hexdigest()
-            for key, value in zip(table.keys, table.values) if isinstance(key, ast.Constant)}
+    return dict(_analysis(*_stamped(module))["registry"])
 
 
 def file_fingerprint(key: str) -> str:
     """sha256 of one file of the code (`file_key`): a module's syntax tree without docstrings, a YAML file's
     values, other bytes."""
     path = key_path(key)
-    return _file_fingerprint(path, path.stat().st_mtime_ns)
+    return _analysis(path, path.stat().st_mtime_ns)["fingerprint"]
 
 
 @lru_cache(maxsize=None)
-def _file_fingerprint(path: Path, mtime_ns: int) -> str:
-    """Why cached: planning the paper's study asks for the same ~60 files' prints once per job's code (342 jobs);
-    building each anew took 307 s there. Keyed by the file's time, an edit is read again."""
-    if path.suffix == ".py":
-        text = ast.dump(_normalised(path, mtime_ns), include_attributes=False)
-        return hashlib.sha256(text.encode()).hexdigest()
+def _analysis(path: Path, mtime_ns: int) -> dict:
+    """What the code graph reads of one file, cached in this process by the file's time and on disk by its bytes.
+
+    Why cached: planning the paper's study asks for the same ~60 files' prints once per job's code (342 jobs),
+    and every job records its own code: analysing ~55 modules took a job ~3 s of its start. The disk cache
+    (`_cache_folder`) is keyed by the file's bytes, its module name and this module's own source, so an edit of
+    either is analysed anew; a folder that cannot be written only costs the analysis.
+    """
+    data = path.read_bytes()
+    name = _module_name(path) if path.suffix == ".py" else ""
+    digest = hashlib.sha256(b"\0".join([_ANALYSER.encode(), name.encode(), path.suffix.encode(), data])).hexdigest()
+    cached = _cache_folder() / digest[:2] / f"{digest}.json"
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(cached.read_text())
+    found = _analyse(path, name, data)
+    with contextlib.suppress(OSError):
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(found))
+        os.replace(partial, cached)
+    return found
+
+
+def _analyse(path: Path, module: str, data: bytes) -> dict:
+    """fingerprint (a module's normalised syntax tree, a YAML file's values, other bytes), and of a module the string
+    constants, the modules its imports name and the fingerprint of each entry of its registry."""
     if path.suffix in (".yaml", ".yml"):
-        values = json.dumps(yaml.safe_load(path.read_text()), sort_keys=True, default=str)
-        return hashlib.sha256(values.encode()).hexdigest()
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+        values = json.dumps(yaml.safe_load(data.decode()), sort_keys=True, default=str)
+        return {"fingerprint": hashlib.sha256(values.encode()).hexdigest()}
+    if path.suffix != ".py":
+        return {"fingerprint": hashlib.sha256(data).hexdigest()}
+    tree = ast.parse(data.decode(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    named = _named(tree, package)
+    tree = _without_docstrings(tree)
+    strings = sorted({node.value for node in _nodes(tree)
+                      if isinstance(node, ast.Constant) and isinstance(node.value, str)})
+    table = _registry(tree, REGISTRIES[module]) if module in REGISTRIES else None
+    registry = {} if table is None else \
+        {key.value: hashlib.sha256(ast.dump(value, include_attributes=False).encode()).hexdigest()
+         for key, value in zip(table.keys, table.values) if isinstance(key, ast.Constant)}
+    if table is not None:
+        table.keys, table.values = [], []  # the registry counts by entry (`registry`), not as part of the module
+    fingerprint = hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+    return {"fingerprint": fingerprint, "strings": strings, "named": named, "registry": registry}
+
+
+def _cache_folder() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dear" / "codegraph"
 
 
 def relative_file(module: str) -> str:
