@@ -186,7 +186,7 @@ def load(name: str) -> RecipeFile:
 
 @functools.lru_cache(maxsize=None)
 def _load(name: str, path: Path, mtime_ns: int) -> RecipeFile:
-    raw = yaml.safe_load(path.read_text())
+    raw = _read_yaml(path)
     base = load(raw["base"]) if raw.get("base") else None
     keys = dict(base.keys) if base else {}
     keys.update({name: Key(name, spec["type"], spec["help"]) for name, spec in (raw.get("keys") or {}).items()})
@@ -247,10 +247,16 @@ def _few_shot(raw: dict, path: Path, keys: dict[str, Key], inherited: FewShot) -
                    merged(raw.get("shots") or {}, inherited.shots), merged(raw.get("datasets") or {}, inherited.datasets))
 
 
+def _read_yaml(path: Path):
+    """A recipe file's values, with libyaml's parser where PyYAML has it: the same values (PyYAML's own resolver
+    and constructor), read ~20x faster; every job reads its method's recipe files."""
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def recipe_files(name: str) -> list[Path]:
     """The recipe file `name` and the files its `base` and `inherit` read, in that order."""
     path = path_of(name)
-    raw = yaml.safe_load(path.read_text())
+    raw = _read_yaml(path)
     parents = [raw["base"]] if raw.get("base") else []
     parents += [raw["inherit"]["recipe"]] if raw.get("inherit") else []
     found = [path]
