@@ -126,7 +126,8 @@ def _asks_for_it(args: list[str]) -> bool:
     try:
         import yaml
 
-        return (yaml.safe_load(Path(path).read_text()) or {}).get("compute", {}).get("reproducible") is True
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the `dear` command reads this before each job
+        return (yaml.load(Path(path).read_text(), Loader=loader) or {}).get("compute", {}).get("reproducible") is True
     except Exception:  # noqa: BLE001 (any unreadable file: the stage says what is wrong with it)
         return False
 
@@ -254,8 +255,39 @@ def mkl_branch(torch) -> str:
     which dear.blas leaves to MKL), its line caught from this process's standard output.
     """
     if "branch" not in _mkl:
-        _mkl["branch"] = _read_mkl_branch(torch) if torch.backends.mkl.is_available() else "none"
+        _mkl["branch"] = (_asked_mkl_branch(torch) or _read_mkl_branch(torch)) if torch.backends.mkl.is_available() \
+            else "none"
     return _mkl["branch"]
+
+
+# MKL's codes for its CNR branches (mkl_cbwr_get(MKL_CBWR_ALL): the branch, | 0x10000 for STRICT), as its verbose
+# line names them
+_MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1", 8: "SSE4_2", 9: "AVX",
+                 10: "AVX2", 11: "AVX512_MIC", 12: "AVX512", 13: "AVX512_MIC_E1", 14: "AVX512_E1"}
+_MKL_STRICT = 0x10000
+
+
+def _asked_mkl_branch(torch) -> str | None:
+    """The branch as MKL's own mkl_cbwr_get returns it after a first product, in its verbose line's words; None where
+    torch's MKL does not export it or returns a code not in `_MKL_BRANCHES` (then the verbose line is read).
+
+    Why: the verbose line costs 0.2-0.5 s (MKL measures the CPU's frequency for it), a job's largest fixed cost
+    after its imports; this asks MKL the same in microseconds. tests/test_reproducible.py checks that both agree.
+    """
+    import ctypes
+
+    try:
+        library = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        get = library.mkl_serv_cbwr_get
+    except (OSError, AttributeError):
+        return None
+    get.restype, get.argtypes = ctypes.c_int, [ctypes.c_int]
+    torch.ops.aten.mm.out(torch.ones(2, 2), torch.ones(2, 2), out=torch.empty(2, 2))  # MKL settles its branch on use
+    code = get(-1) & 0xFFFFFFFF  # MKL_CBWR_ALL
+    name = _MKL_BRANCHES.get(code & ~_MKL_STRICT)
+    if name is None:
+        return None
+    return name + (",STRICT" if code & _MKL_STRICT and name != "OFF" else "")
 
 
 def _read_mkl_branch(torch) -> str:

@@ -266,3 +266,16 @@ def test_the_same_bytes_when_mkl_takes_this_cpu_for_an_intel_one(makers):
     assert off[0]["backbone"] != off[1]["backbone"] and off[0]["trained"] != off[1]["trained"]
     record = json.loads((makers[True, "intel"] / "backbone/card.json").read_text())["provenance"]["compute"]
     assert record["mkl_branch"] == "COMPATIBLE,STRICT" and record["products"] == "OpenBLAS (numpy)"
+
+
+@pytest.mark.parametrize("cbwr", ["", "COMPATIBLE,STRICT", "AVX2,STRICT", "AUTO"])
+def test_mkl_s_own_answer_names_the_branch_its_verbose_line_names(cbwr):
+    """The recorded branch (`mkl_branch`) is asked of MKL (mkl_cbwr_get) rather than read from its verbose line
+    (0.2-0.5 s a job): both in one process, with each setting a job may have."""
+    code = ("import sys, torch\nfrom dear import reproducible\n"
+            "print(reproducible._asked_mkl_branch(torch), file=sys.stderr)\n"
+            "print(reproducible._read_mkl_branch(torch), file=sys.stderr)\n")
+    env = {**os.environ, "MKL_CBWR": cbwr} if cbwr else {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    asked, read = [line for line in done.stderr.splitlines() if not line.startswith("MKL_VERBOSE")][-2:]
+    assert asked == read and read not in ("unknown", "None"), done.stderr
