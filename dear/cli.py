@@ -16,6 +16,7 @@ import importlib
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -777,6 +778,37 @@ def fetch_weights(params: Path = ParamsOption) -> None:
         typer.echo(f"model.pretrained is {model.pretrained!r}: nothing to fetch")
         return
     typer.echo(f"{model.arch} '{model.pretrained}': {path} ({path.stat().st_size / 2**20:.0f} MiB, sha256 {sha[:12]}...)")
+
+
+@app.command()
+def server(action: str = typer.Argument("status", metavar="status|stop",
+                                        help="status: list this user's warm servers; stop: end them (each after "
+                                             "the commands it runs)")) -> None:
+    """The warm servers that run `dear` commands without their ~5 s of imports (docs/performance.md).
+
+    A server starts on a command's first use and ends after DEAR_SERVER_IDLE seconds (default 900) without one;
+    DEAR_SERVER=off runs every command in its own process, as before.
+    """
+    from dear.server.client import control
+    from dear.server.wire import Unavailable
+
+    if action not in ("status", "stop"):
+        _print_errors(DearError(f"dear server {action}: unknown action; use status or stop"))
+        raise typer.Exit(code=1)
+    try:
+        found = control(action)
+    except Unavailable as why:
+        _print_errors(DearError(f"dear server: {why}"))
+        raise typer.Exit(code=1)
+    for about in found:
+        if "error" in about:
+            typer.echo(f"{about['socket']}: {about['error']}")
+            continue
+        up = time.time() - about["started"]
+        typer.echo(f"server {about['pid']}{' (stopping)' if action == 'stop' else ''}: up {up / 60:.0f} min, "
+                   f"{about['served']} requests served, {about['running']} commands running ({about['socket']})")
+    if not found:
+        typer.echo("no warm server runs for this user")
 
 
 def main() -> None:

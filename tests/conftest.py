@@ -5,8 +5,29 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# `dear` commands run through warm servers (dear/server/), as a user's do: in a folder of this test process's own,
+# each ending a minute after its last command, all stopped at the end (pytest_unconfigure)
+if "DEAR_SERVER_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["DEAR_SERVER_DIR"] = tempfile.mkdtemp(prefix="dear-servers-")
+    os.environ.setdefault("DEAR_SERVER_IDLE", "60")
+    _OWN_SERVERS = os.environ["DEAR_SERVER_DIR"]
+else:
+    _OWN_SERVERS = None
 
 import pytest  # noqa: E402
+
+
+def pytest_unconfigure(config):
+    """Stop the warm servers this test process started (each after the commands it runs)."""
+    if _OWN_SERVERS:
+        import shutil
+
+        from dear.server.client import control
+
+        control("stop", {"DEAR_SERVER_DIR": _OWN_SERVERS})
+        shutil.rmtree(_OWN_SERVERS, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

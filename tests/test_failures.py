@@ -48,10 +48,12 @@ def train(run, tmp_path: Path) -> list[str]:
             "--checkpoint", str(tmp_path / "ck" / "ckpt.pt"), "--log", str(tmp_path / "train.log")]
 
 
-def start(command: list[str], tmp_path: Path, **options) -> subprocess.Popen:
-    """A `dear` process in a session of its own (a terminal's Ctrl-C reaches its whole group), Ctrl-C not ignored."""
+def start(command: list[str], tmp_path: Path, served: bool = True, **options) -> subprocess.Popen:
+    """A `dear` process in a session of its own (a terminal's Ctrl-C reaches its whole group), Ctrl-C not ignored;
+    through the warm server (dear/server/) unless `served` is False (a test of the process tree of the plain path)."""
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "stderr", "w"),
-                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **({} if served else {"DEAR_SERVER": "off"})},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **options)
 
 
@@ -76,7 +78,7 @@ def last_line(path: Path) -> str:
 
 @pytest.mark.slow
 def test_a_stage_killed_by_sigkill_gets_its_last_line_from_its_parent(run, tmp_path):
-    process = start(train(run, tmp_path), tmp_path)
+    process = start(train(run, tmp_path), tmp_path, served=False)  # the stage is the `dear` process's child
     wait_for_checkpoint(process, tmp_path)
     os.kill(stage_process(process), signal.SIGKILL)
     assert process.wait(timeout=60) == 128 + signal.SIGKILL

@@ -1,0 +1,235 @@
+"""The warm server (dear/server/): a command through it behaves as one without it.
+
+The machinery is tested with a stand-in `dear.cli` (a package folder that
+holds the real `dear/server/` and `dear/reproducible.py` and a `cli.py` of
+the test's own): it echoes what it was given, waits for a signal, exits with
+a chosen code, dies of a chosen signal. Its `dear` script is the real console
+script's two lines. One server serves the module's tests; the real pipeline
+through the server is what every end-to-end test runs (tests/conftest.py
+leaves the server on), and `test_a_stage_writes_the_same_bytes_with_and_without_the_server`
+compares the bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+STAND_IN = '''
+import os, signal, sys, time
+
+def main():
+    args = sys.argv[1:]
+    what = args[0] if args else "echo"
+    if what == "echo":
+        print("argv", args, "cwd", os.getcwd(), "var", os.environ.get("DEAR_TEST_VAR"), "pid", os.getpid())
+        print("to stderr", file=sys.stderr)
+        sys.exit(int(os.environ.get("DEAR_TEST_EXIT", "0")))
+    if what == "stdin":
+        print("read", sys.stdin.read().strip())
+        return
+    if what == "wait":  # until SIGINT (KeyboardInterrupt) or SIGTERM
+        signal.signal(signal.SIGTERM, lambda *_: (print("got SIGTERM", flush=True), sys.exit(143)))
+        open(args[1], "w").write(str(os.getpid()))
+        try:
+            time.sleep(60)
+        except KeyboardInterrupt:
+            print("got SIGINT", flush=True)
+            sys.exit(130)
+        sys.exit(3)
+    if what == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if what == "modules":
+        print(sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "open_clip", "dear")))
+'''
+
+
+@pytest.fixture(scope="module")
+def stand_in(tmp_path_factory):
+    """(environment, dear script) of the stand-in package, its own socket folder; its servers stopped after."""
+    base = tmp_path_factory.mktemp("server")
+    package = base / "site" / "dear"
+    shutil.copytree(ROOT / "dear" / "server", package / "server", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "dear" / "reproducible.py", package / "reproducible.py")
+    (package / "__init__.py").write_text("")
+    (package / "cli.py").write_text(STAND_IN)
+    script = base / "bin" / "dear"
+    script.parent.mkdir()
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom dear.server.client import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    folder = base / "sockets"
+    env = {**os.environ, "PYTHONPATH": str(package.parent), "DEAR_SERVER_DIR": str(folder), "DEAR_SERVER": "on"}
+    yield env, script, folder
+    _stop_servers(folder)
+
+
+def _stop_servers(folder: Path) -> None:
+    from dear.server.client import control
+
+    if folder.is_dir():
+        control("stop", {"DEAR_SERVER_DIR": str(folder)})
+
+
+def _run(stand_in, *args, env=None, **kwargs):
+    base_env, script, _ = stand_in
+    return subprocess.run([str(script), *args], env={**base_env, **(env or {})}, capture_output=True, text=True,
+                          timeout=120, cwd=kwargs.pop("cwd", None), **kwargs)
+
+
+def test_a_command_gets_its_own_argv_folder_environment_streams_and_exit_code(stand_in, tmp_path):
+    first = _run(stand_in, "echo", "x y", env={"DEAR_TEST_VAR": "one", "DEAR_TEST_EXIT": "7"}, cwd=tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    second = _run(stand_in, "echo", "z", env={"DEAR_TEST_VAR": "two"}, cwd=elsewhere)
+    plain = _run(stand_in, "echo", "x y", env={"DEAR_TEST_VAR": "one", "DEAR_TEST_EXIT": "7", "DEAR_SERVER": "off"},
+                 cwd=tmp_path)
+    assert first.returncode == 7 == plain.returncode
+    assert first.stdout.split(" pid ")[0] == plain.stdout.split(" pid ")[0] == \
+        f"argv ['echo', 'x y'] cwd {tmp_path} var one"
+    assert first.stderr == plain.stderr == "to stderr\n"
+    assert second.returncode == 0 and f"cwd {elsewhere} var two" in second.stdout
+    assert len(list(stand_in[2].glob("*.sock"))) == 1  # one server served both (the plain run started none)
+
+
+def test_the_command_reads_the_client_s_standard_input(stand_in):
+    done = _run(stand_in, "stdin", input="hello\n")
+    assert done.stdout == "read hello\n", done.stderr
+
+
+def test_a_served_command_has_the_libraries_loaded_but_dear_fresh_from_disk(stand_in):
+    done = _run(stand_in, "modules")
+    modules = eval(done.stdout)  # noqa: S307 (our own print of a list of names)
+    assert "torch" in modules and "open_clip" in modules
+    assert "dear.cli" in modules and "dear.server.daemon" not in modules, modules
+
+
+def test_an_edit_of_dear_s_code_is_never_served_stale(stand_in):
+    cli = Path(stand_in[0]["PYTHONPATH"]) / "dear" / "cli.py"
+    original = cli.read_text()
+    try:
+        cli.write_text(original.replace('print("to stderr"', 'print("edited"'))
+        assert _run(stand_in, "echo").stderr == "edited\n"
+    finally:
+        cli.write_text(original)
+    assert _run(stand_in, "echo").stderr == "to stderr\n"
+
+
+@pytest.mark.parametrize("signum, says, code", [(signal.SIGINT, "got SIGINT", 130), (signal.SIGTERM, "got SIGTERM", 143)])
+def test_ctrl_c_and_sigterm_reach_the_command_and_its_exit_code_comes_back(stand_in, tmp_path, signum, says, code):
+    base_env, script, _ = stand_in
+    ready = tmp_path / "pid"
+    client = subprocess.Popen([str(script), "wait", str(ready)], env=base_env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not ready.exists() or not ready.read_text():
+        assert time.monotonic() < deadline and client.poll() is None
+        time.sleep(0.05)
+    assert int(ready.read_text()) != client.pid  # the command runs in the server's child, not in the client
+    client.send_signal(signum)
+    out, _ = client.communicate(timeout=60)
+    assert client.returncode == code and out.strip() == says
+
+
+def test_a_command_killed_by_a_signal_kills_its_client_with_the_same_signal(stand_in):
+    assert _run(stand_in, "die").returncode == -signal.SIGKILL
+
+
+def test_a_killed_client_takes_its_command_with_it(stand_in, tmp_path):
+    base_env, script, _ = stand_in
+    ready = tmp_path / "pid"
+    client = subprocess.Popen([str(script), "wait", str(ready)], env=base_env, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not ready.exists() or not ready.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    command = int(ready.read_text())
+    client.kill()
+    client.wait()
+    deadline = time.monotonic() + 30
+    while _alive(command):
+        assert time.monotonic() < deadline, "the command outlived its killed client"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_stale_socket_or_a_killed_server_means_a_new_server_not_a_hung_job(stand_in, tmp_path):
+    folder = tmp_path / "own"
+    own = {"DEAR_SERVER_DIR": str(folder)}
+    assert _run(stand_in, "echo", env=own).returncode == 0
+    (sock,) = folder.glob("*.sock")
+    server = int(next(line for line in sock.with_suffix(".log").read_text().splitlines()
+                      if "ready" in line).split()[2].rstrip(":"))
+    os.kill(server, signal.SIGKILL)  # its socket stays behind, and nobody answers there
+    time.sleep(0.2)
+    try:
+        done = _run(stand_in, "echo", env=own)
+        assert done.returncode == 0 and done.stderr == "to stderr\n"  # no word: a new server started quietly
+    finally:
+        _stop_servers(folder)
+
+
+def test_a_folder_that_is_not_the_user_s_alone_is_one_line_and_the_plain_path(stand_in, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    done = _run(stand_in, "echo", env={"DEAR_SERVER_DIR": str(shared)})
+    assert done.returncode == 0 and "argv ['echo']" in done.stdout
+    warning, rest = done.stderr.split("\n", 1)
+    assert warning.startswith("dear: no warm server: its folder") and "0700" in warning and rest == "to stderr\n"
+    assert not list(shared.glob("*.sock"))
+
+
+def test_switched_off_no_server_is_started_and_nothing_is_said(stand_in, tmp_path):
+    folder = tmp_path / "none"
+    done = _run(stand_in, "echo", env={"DEAR_SERVER": "off", "DEAR_SERVER_DIR": str(folder)})
+    assert done.returncode == 0 and done.stderr == "to stderr\n" and not folder.exists()
+
+
+def test_the_socket_folder_and_socket_are_the_user_s_alone(stand_in):
+    _run(stand_in, "echo")
+    _, _, folder = stand_in
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    for sock in folder.glob("*.sock"):
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+
+
+def test_a_server_serves_only_its_import_time_setting():
+    from dear.server import wire
+
+    argv = ["dear", "train", "--params", "x.yaml"]
+    env = wire.import_env(argv, {"HOME": "/h"})
+    assert env["HF_HUB_OFFLINE"] == "1"  # as dear.cli sets it before a stage imports torch
+    one = wire.key(env, sys.path)
+    assert wire.key({**env, "OMP_NUM_THREADS": "2"}, sys.path) != one  # read by OpenMP when torch loads
+    assert wire.key({**env, "DEAR_TEST_VAR": "2"}, sys.path) == one  # read by nobody at import
+    assert wire.key(env, ["/elsewhere", *sys.path]) != one  # another import path imports other modules
+
+
+def test_a_stage_whose_params_ask_for_reproducible_floats_gets_a_server_with_the_caps(tmp_path):
+    from dear import reproducible
+    from dear.server import wire
+
+    params = tmp_path / "p.yaml"
+    params.write_text("compute:\n  reproducible: true\n")
+    argv = ["dear", "--threads", "2", "train", "--params", str(params)]
+    env = wire.import_env(argv, {})
+    if "avx2" in reproducible.cpu_flags():
+        assert {name: env[name] for name in reproducible.CAPS} == reproducible.CAPS
+    assert "MKL_CBWR" not in wire.import_env(["dear", "check", "--params", str(params)], {})  # no stage: no caps
+    assert "MKL_CBWR" not in wire.import_env(argv + ["--set", "compute.reproducible=false"], {})
