@@ -13,7 +13,8 @@ Nothing here is measured; everything is read from where it was recorded:
   (`<log>.benchmark.tsv` beside each job's log). Under DVC, which records
   neither, `dear` writes the same file with Snakemake's own benchmark code
   when DVC runs the command (it sets DVC_STAGE), so both engines leave one
-  record (`benchmarked`).
+  record (`benchmarked`); a job run through the warm server adds its own
+  processes' memory and CPU time beside it (`<log>.served.tsv`).
 """
 
 from __future__ import annotations
@@ -30,12 +31,18 @@ from dear.errors import DearError
 from dear.io import atomic_path, load_torch, read_provenance
 
 BENCHMARK_SUFFIX = ".benchmark.tsv"
+SERVED_SUFFIX = ".served.tsv"  # a job run through the warm server: its own processes' memory and CPU time
 BENCHMARK_COLUMNS = {"s": "seconds", "max_rss": "max_rss_mb", "cpu_time": "cpu_seconds"}
 
 
 def benchmark_path(log: Path) -> Path:
     """Where a job's benchmark lies: beside its log (logs/train/coop/dsA.log -> logs/train/coop/dsA.benchmark.tsv)."""
     return Path(log).with_name(Path(log).stem + BENCHMARK_SUFFIX)
+
+
+def served_path(log: Path) -> Path:
+    """Where a job run through the warm server records its own processes (logs/train/coop/dsA.served.tsv)."""
+    return Path(log).with_name(Path(log).stem + SERVED_SUFFIX)
 
 
 @contextlib.contextmanager
@@ -49,8 +56,21 @@ def benchmarked(log: Path | None, itself: bool = False) -> Iterator[None]:
     memory, so the command records itself with the same code and format
     (snakemake.benchmark: wall time, the process tree's peak RSS, CPU time).
     Written after success only, as Snakemake does.
+
+    Run through the warm server (dear/server/: DEAR_SERVED_BY set) under Snakemake, the job's processes are
+    the server's children, not the `dear` command's that Snakemake measures: the job records its own tree
+    beside Snakemake's file (`served_path`), and `read_benchmarks` takes its memory and CPU time from there.
+    A job run otherwise removes that file, so it never outlives the run it describes.
     """
-    if log is None or ("DVC_STAGE" not in os.environ and not itself):
+    if log is None:
+        yield
+        return
+    recorded = benchmark_path(log) if "DVC_STAGE" in os.environ or itself else \
+        served_path(log) if "DEAR_SERVED_BY" in os.environ else None
+    if recorded != served_path(log):
+        with contextlib.suppress(FileNotFoundError):
+            served_path(log).unlink()
+    if recorded is None:
         yield
         return
     from snakemake.benchmark import benchmarked as measure
@@ -58,7 +78,7 @@ def benchmarked(log: Path | None, itself: bool = False) -> Iterator[None]:
 
     with measure() as record:
         yield
-    with atomic_path(benchmark_path(log)) as tmp:
+    with atomic_path(recorded) as tmp:
         write_benchmark_records([record], str(tmp), extended_fmt=False)
 
 
@@ -72,19 +92,26 @@ def read_benchmarks(folder: Path | None) -> pd.DataFrame:
     """
     records = []
     for path in sorted(Path(folder).rglob(f"*{BENCHMARK_SUFFIX}")) if folder and Path(folder).is_dir() else []:
-        try:
-            table = pd.read_csv(path, sep="\t", na_values=["NA", "-"])
-        except (OSError, ValueError) as err:
-            raise DearError(f"{path}: not a readable benchmark file ({err}); rerun its job or remove the file")
-        missing = sorted(set(BENCHMARK_COLUMNS) - set(table.columns))
-        if missing or table.empty:
-            raise DearError(f"{path}: not a Snakemake benchmark file (no columns {missing or list(BENCHMARK_COLUMNS)});"
-                            " rerun its job or remove the file")
+        table = _benchmark_table(path)
         job = str(path.relative_to(folder))[: -len(BENCHMARK_SUFFIX)]
+        served = path.with_name(path.name[: -len(BENCHMARK_SUFFIX)] + SERVED_SUFFIX)
+        own = _benchmark_table(served) if served.is_file() else table  # the job's processes, not its client's
         records.append({"job": job, "rule": job.split("/")[0], "seconds": float(table["s"].mean()),
-                        "max_rss_mb": float(table["max_rss"].max()), "cpu_seconds": float(table["cpu_time"].mean()),
+                        "max_rss_mb": float(own["max_rss"].max()), "cpu_seconds": float(own["cpu_time"].mean()),
                         "file": str(path)})
     return pd.DataFrame(records, columns=["job", "rule", "seconds", "max_rss_mb", "cpu_seconds", "file"])
+
+
+def _benchmark_table(path: Path) -> pd.DataFrame:
+    try:
+        table = pd.read_csv(path, sep="\t", na_values=["NA", "-"])
+    except (OSError, ValueError) as err:
+        raise DearError(f"{path}: not a readable benchmark file ({err}); rerun its job or remove the file")
+    missing = sorted(set(BENCHMARK_COLUMNS) - set(table.columns))
+    if missing or table.empty:
+        raise DearError(f"{path}: not a Snakemake benchmark file (no columns {missing or list(BENCHMARK_COLUMNS)});"
+                        " rerun its job or remove the file")
+    return table
 
 
 def read_model(path: Path) -> dict:

@@ -445,3 +445,27 @@ def test_dvc_experiments_show_and_compare_metrics_and_plots_of_main_and_each_exp
     assert "domain_generalization.dear.world_objects.average" in dvc("metrics", "diff", "main", "no-domains")
     plots = json.loads(dvc("plots", "diff", "main", "three-decimals", "no-domains", "--json"))["data"]
     assert plots["hm"][0]["revisions"] == ["main", "three-decimals", "no-domains"]
+
+
+def test_a_job_through_the_warm_server_writes_the_bytes_it_writes_without_it(snakemake_project, tmp_path):
+    """The study above ran its jobs through warm servers (tests/conftest.py leaves them on, as a user has them); the
+    same chain for dear on world_objects, run with DEAR_SERVER=off (every job its own process), writes the same bytes:
+    world, backbone, data, roles, the trained models, their fusion and evaluation (dear/server/)."""
+    plain = make_project(tmp_path / "plain", (snakemake_project / "params.yaml").read_text())
+    target = "runs/dear/world_objects/eval"
+    run([str(BIN / "snakemake"), "--cores", "2", target], plain, timeout=900, env={"DEAR_SERVER": "off"})
+    compared = 0
+    for folder in ("backbone", "data/world_objects", "roles/world_objects", "runs/dear/world_objects"):
+        for path in sorted((plain / folder).rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                twin = snakemake_project / path.relative_to(plain)
+                assert twin.read_bytes() == path.read_bytes(), path.relative_to(plain)
+                compared += 1
+    assert compared >= 10
+    # the served jobs recorded their own processes beside Snakemake's benchmark of their client
+    from dear.runrecord import read_benchmarks
+
+    served = read_benchmarks(snakemake_project / "logs").set_index("job").loc["train/dear/world_objects"]
+    assert (snakemake_project / "logs/train/dear/world_objects.served.tsv").is_file()
+    assert not (plain / "logs/train/dear/world_objects.served.tsv").exists()
+    assert served.max_rss_mb > 100  # torch and the model: a job's tree, not a 20 MB client
