@@ -233,3 +233,20 @@ def test_a_stage_whose_params_ask_for_reproducible_floats_gets_a_server_with_the
         assert {name: env[name] for name in reproducible.CAPS} == reproducible.CAPS
     assert "MKL_CBWR" not in wire.import_env(["dear", "check", "--params", str(params)], {})  # no stage: no caps
     assert "MKL_CBWR" not in wire.import_env(argv + ["--set", "compute.reproducible=false"], {})
+
+
+def test_an_install_names_a_new_server_an_edit_of_a_checkout_does_not(tmp_path):
+    """pip adds and removes files in site-packages (its folder's time moves); a checkout on the path changes as a
+    researcher works, and its modules are imported fresh by each command anyway."""
+    from dear.server import wire
+
+    site, checkout = tmp_path / "lib" / "site-packages", tmp_path / "checkout"
+    site.mkdir(parents=True)
+    checkout.mkdir()
+    path = [str(checkout), str(site)]
+    before = wire.key({}, path)
+    (checkout / "edited.py").write_text("x = 1\n")
+    assert wire.key({}, path) == before
+    time.sleep(0.01)
+    (site / "newpkg-1.0.dist-info").mkdir()
+    assert wire.key({}, path) != before
