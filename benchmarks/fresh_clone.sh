@@ -2,7 +2,7 @@
 # checkout's virtual environment, and one Snakemake study in it timed under /usr/bin/time on its own output cache.
 # Sets REPO and VENV; exits with one error line when the environment is not installed.
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$REPO/.venv"
+VENV="${VENV:-$REPO/.venv}"  # another environment: VENV=... (its dear must be this commit's)
 test -x "$VENV/bin/snakemake" || { echo "error: $VENV/bin/snakemake not found: run make install first" >&2; exit 1; }
 
 # fresh_clone COMMIT DEST: DEST a clone of COMMIT with this checkout's .venv linked in (nothing installed)

@@ -49,6 +49,10 @@ def main():
         sys.exit(3)
     if what == "die":
         os.kill(os.getpid(), signal.SIGKILL)
+    if what == "process":
+        print(oct(os.umask(0)), signal.getsignal(signal.SIGHUP) == signal.SIG_IGN,
+              signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        return
     if what == "modules":
         print(sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "open_clip", "dear")))
 '''
@@ -137,6 +141,15 @@ def test_ctrl_c_and_sigterm_reach_the_command_and_its_exit_code_comes_back(stand
     client.send_signal(signum)
     out, _ = client.communicate(timeout=60)
     assert client.returncode == code and out.strip() == says
+
+
+def test_the_command_has_its_client_s_umask_and_ignored_signals(stand_in):
+    def nohup():
+        os.umask(0o027)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    assert _run(stand_in, "process", preexec_fn=nohup).stdout.split() == ["0o27", "True", "True"]
+    assert _run(stand_in, "process").stdout.split()[1:] == ["False", "True"]
 
 
 def test_a_command_killed_by_a_signal_kills_its_client_with_the_same_signal(stand_in):

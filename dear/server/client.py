@@ -29,6 +29,10 @@ from dear.server import wire
 
 _START_TIMEOUT = 180.0   # seconds a first command waits for its server's imports (a loaded machine: ~10-20 s)
 _ANSWER_TIMEOUT = 30.0   # seconds a server may take to fork a command
+# the signals a client hands on to its command (Ctrl-C: to its process group); a signal the client was started
+# with ignored (nohup, a shell's `&`) stays ignored, in the command too
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_BEFORE = {signum: signal.getsignal(signum) for signum in _FORWARDED}  # as Python set them up: the plain path's
 
 
 def main() -> None:
@@ -137,11 +141,16 @@ def run(conn: socket.socket, argv: list[str], environ: dict[str, str], path: lis
         with contextlib.suppress(ProcessLookupError):
             (os.killpg if signum == signal.SIGINT else os.kill)(target[0], signum)
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    ignored = [signum for signum in _FORWARDED if signal.getsignal(signum) == signal.SIG_IGN]  # nohup, `cmd &`
+    for signum in set(_FORWARDED) - set(ignored):
         signal.signal(signum, forward)
+    umask = os.umask(0)
+    os.umask(umask)
+    request = {"argv": argv, "cwd": os.getcwd(), "env": environ, "path": path, "umask": umask,
+               "ignored": [int(signum) for signum in ignored]}
     try:
         conn.settimeout(_ANSWER_TIMEOUT)
-        wire.send(conn, {"argv": argv, "cwd": os.getcwd(), "env": environ, "path": path}, fds=[0, 1, 2])
+        wire.send(conn, request, fds=[0, 1, 2])
         started, _ = wire.receive(conn)
         conn.settimeout(None)
     except OSError as err:
@@ -160,8 +169,8 @@ def run(conn: socket.socket, argv: list[str], environ: dict[str, str], path: lis
 
 
 def _restore_signals() -> None:
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+    for signum, handler in _BEFORE.items():
+        signal.signal(signum, handler)
 
 
 def _exit_as(status: int) -> None:

@@ -186,9 +186,11 @@ def _become(request: dict, fds: list[int], conn: socket.socket, handler: int) ->
     try:
         os.setpgid(0, 0)
         _die_with(handler)
-        for signum in _FORWARDED:
-            signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum in _FORWARDED:  # as a new Python process has them, or ignored as the client's were
+            ignored = signum in request["ignored"]
+            signal.signal(signum, signal.SIG_IGN if ignored else
+                          signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+        os.umask(request["umask"])
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         for fd in fds:
