@@ -784,7 +784,9 @@ def fetch_weights(params: Path = ParamsOption) -> None:
 def server(action: str = typer.Argument("status", metavar="status|stop",
                                         help="status: list this user's warm servers; stop: end them (each after "
                                              "the commands it runs)")) -> None:
-    """The warm servers that run `dear` commands without their ~5 s of imports (docs/performance.md).
+    """List or stop the warm servers of `dear` commands.
+
+    They run `dear` commands without their ~5 s of imports (docs/performance.md).
 
     A server starts on a command's first use and ends after DEAR_SERVER_IDLE seconds (default 900) without one;
     DEAR_SERVER=off runs every command in its own process, as before.

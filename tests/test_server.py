@@ -263,3 +263,14 @@ def test_an_install_names_a_new_server_an_edit_of_a_checkout_does_not(tmp_path):
     time.sleep(0.01)
     (site / "newpkg-1.0.dist-info").mkdir()
     assert wire.key({}, path) != before
+
+
+def test_a_socket_folder_with_a_long_path_still_serves(stand_in, tmp_path):
+    """A Unix socket's address holds at most 107 bytes; the folder's path may be longer (pytest's, a deep home)."""
+    folder = tmp_path / ("a-folder-with-a-long-name-" * 4) / "sockets"
+    assert len(str(folder)) > 110
+    try:
+        done = _run(stand_in, "echo", env={"DEAR_SERVER_DIR": str(folder)})
+        assert done.returncode == 0 and done.stderr == "to stderr\n" and len(list(folder.glob("*.sock"))) == 1
+    finally:
+        _stop_servers(folder)

@@ -78,8 +78,9 @@ def connect(argv: list[str], environ: dict[str, str], path: list[str]) -> socket
 
 def _connected(socket_path: Path) -> socket.socket | None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(str(socket_path))
+    folder = os.open(socket_path.parent, os.O_RDONLY | os.O_DIRECTORY) if socket_path.parent.is_dir() else None
+    try:  # through the folder's descriptor: a socket's address has at most 107 bytes, a folder's path may be longer
+        conn.connect(f"/proc/self/fd/{folder}/{socket_path.name}" if folder is not None else str(socket_path))
         return conn
     except (FileNotFoundError, ConnectionRefusedError):
         conn.close()
@@ -87,6 +88,9 @@ def _connected(socket_path: Path) -> socket.socket | None:
     except OSError as err:
         conn.close()
         raise wire.Unavailable(f"cannot connect to {socket_path} ({err.strerror})") from None
+    finally:
+        if folder is not None:
+            os.close(folder)
 
 
 @contextlib.contextmanager

@@ -59,6 +59,8 @@ def serve(path: str, idle: float) -> None:
     gc.collect()
     gc.freeze()  # the imports' millions of objects: out of every later collection, and shared by the children
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    os.chdir(os.path.dirname(path))  # names relative to the socket folder: a socket's address has at most 107 bytes
+    path = os.path.basename(path)
     ready = f"{path}.{os.getpid()}.new"
     listener.bind(ready)
     os.chmod(ready, 0o600)
