@@ -37,8 +37,25 @@ def _json(*args: str, preload: Path | None = None) -> dict:
     return json.loads(result.stdout)
 
 
+# Measured 2026-12-07 on a real Intel CPU (Intel Xeon with AMX, under KVM), against the values written on an AMD
+# EPYC: these items, and only these, differ. MKL's vector math (ATen's exp, log, erf, sqrt on CPU) gives other
+# bytes on Intel under every MKL_CBWR branch tried (COMPATIBLE, SSE2, SSE4_2, AVX2, with and without STRICT), so
+# the setting's cross-maker promise does not hold for it (docs/compute.md); everything else held.
+INTEL_DIFFERS = {"sqrt, exp, log, erf (MKL's vector math)", "AdamW (fused), AdamW, SGD steps", "DeAR: 2 training steps"}
+
+
 def test_this_machine_computes_the_stored_fingerprint():
-    """The promise itself: every item's bytes as stored; else the CPU, the caps and the first item that moved."""
+    """The promise itself: every item's bytes as stored; else the CPU, the caps and the first item that moved.
+
+    On an Intel CPU against values written on an AMD one, the items of MKL's vector math are known to move
+    (INTEL_DIFFERS): the test then checks that nothing else moved, and is marked as an expected failure."""
+    stored = json.loads(fingerprint.STORED.read_text())
+    if reproducible.cpu_vendor() == "GenuineIntel" and stored["machine"]["vendor"] == "AuthenticAMD":
+        items = _json()["items"]
+        moved = {name for name, value in items.items() if stored["items"].get(name) != value}
+        assert moved <= INTEL_DIFFERS, f"items that moved beyond MKL's vector math on Intel: {moved - INTEL_DIFFERS}"
+        pytest.xfail(f"on Intel, MKL's vector math gives other bytes than on AMD ({len(moved)} items: "
+                     f"{sorted(moved)}); docs/compute.md")
     result = _fingerprint()
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert "the same bytes as fingerprint.json" in result.stdout
