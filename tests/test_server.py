@@ -29,7 +29,7 @@ STAND_IN = '''
 import os, signal, sys, time
 
 def main():
-    args = sys.argv[1:]
+    args = sys.argv[2:]  # past `train`: a stage's name, so that a server is started for it
     what = args[0] if args else "echo"
     if what == "echo":
         print("argv", args, "cwd", os.getcwd(), "var", os.environ.get("DEAR_TEST_VAR"), "pid", os.getpid())
@@ -86,7 +86,7 @@ def _stop_servers(folder: Path) -> None:
 
 def _run(stand_in, *args, env=None, **kwargs):
     base_env, script, _ = stand_in
-    return subprocess.run([str(script), *args], env={**base_env, **(env or {})}, capture_output=True, text=True,
+    return subprocess.run([str(script), "train", *args], env={**base_env, **(env or {})}, capture_output=True, text=True,
                           timeout=120, cwd=kwargs.pop("cwd", None), **kwargs)
 
 
@@ -132,7 +132,7 @@ def test_an_edit_of_dear_s_code_is_never_served_stale(stand_in):
 def test_ctrl_c_and_sigterm_reach_the_command_and_its_exit_code_comes_back(stand_in, tmp_path, signum, says, code):
     base_env, script, _ = stand_in
     ready = tmp_path / "pid"
-    client = subprocess.Popen([str(script), "wait", str(ready)], env=base_env, stdout=subprocess.PIPE, text=True)
+    client = subprocess.Popen([str(script), "train", "wait", str(ready)], env=base_env, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not ready.exists() or not ready.read_text():
         assert time.monotonic() < deadline and client.poll() is None
@@ -159,7 +159,7 @@ def test_a_command_killed_by_a_signal_kills_its_client_with_the_same_signal(stan
 def test_a_killed_client_takes_its_command_with_it(stand_in, tmp_path):
     base_env, script, _ = stand_in
     ready = tmp_path / "pid"
-    client = subprocess.Popen([str(script), "wait", str(ready)], env=base_env, stdout=subprocess.DEVNULL)
+    client = subprocess.Popen([str(script), "train", "wait", str(ready)], env=base_env, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while not ready.exists() or not ready.read_text():
         assert time.monotonic() < deadline
@@ -206,6 +206,16 @@ def test_a_folder_that_is_not_the_user_s_alone_is_one_line_and_the_plain_path(st
     warning, rest = done.stderr.split("\n", 1)
     assert warning.startswith("dear: no warm server: its folder") and "0700" in warning and rest == "to stderr\n"
     assert not list(shared.glob("*.sock"))
+
+
+def test_a_command_that_runs_no_stage_runs_in_its_own_process(stand_in, tmp_path):
+    """`dear --help`, check, recipe, plan, server: light without torch; a server's start would cost them seconds."""
+    base_env, script, _ = stand_in
+    folder = tmp_path / "light"
+    env = {**base_env, "DEAR_SERVER_DIR": str(folder)}
+    light = subprocess.run([str(script), "check", "modules"], env=env, capture_output=True, text=True, timeout=120)
+    assert light.returncode == 0 and "torch" not in eval(light.stdout)  # noqa: S307 (our own print of names)
+    assert not folder.exists()
 
 
 def test_switched_off_no_server_is_started_and_nothing_is_said(stand_in, tmp_path):

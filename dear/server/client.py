@@ -1,6 +1,7 @@
-"""The `dear` command: run through the warm server when one fits, else in this process as always.
+"""The `dear` command: a stage runs through the warm server when one fits, else in this process as always.
 
-`main` imports nothing heavy. It finds the server that fits the command
+`main` imports nothing heavy. Commands that run no stage (--help, check, recipe, plan, compare, server) import
+no torch and run in this process. It finds the server that fits the command
 (`wire.key`), starting it on first use (one at a time per key: a lock file),
 sends the request with its standard streams, and then only waits: Ctrl-C
 (SIGINT) goes to the command's whole process group, as a terminal sends it
@@ -38,8 +39,8 @@ _BEFORE = {signum: signal.getsignal(signum) for signum in _FORWARDED}  # as Pyth
 def main() -> None:
     """The `dear` console script."""
     os.environ.pop("DEAR_SERVED_BY", None)  # set by a server in the command it runs, not inherited from a caller
-    if wire.switched_off() or wire.command_of(sys.argv) == "server":  # `dear server ...` manages servers: not via one
-        return _plain()
+    if wire.switched_off() or wire.command_of(sys.argv) not in wire.STAGES:  # --help, check, recipe, plan, server:
+        return _plain()  # light without torch (a server's start would cost them seconds); `server` manages servers
     try:
         conn = connect(sys.argv, dict(os.environ), list(sys.path))
         status = run(conn, sys.argv, dict(os.environ), list(sys.path))
