@@ -1,7 +1,8 @@
 """The `dear` command: a stage runs through the warm server when one fits, else in this process as always.
 
-`main` imports nothing heavy. Commands that run no stage (--help, check, recipe, plan, compare, server) import
-no torch and run in this process. It finds the server that fits the command
+`main` imports nothing heavy. Commands that run no stage (--help, check,
+recipe, plan, compare, server) import no torch and run in this process. For a
+stage it finds the server that fits the command
 (`wire.key`), starting it on first use (one at a time per key: a lock file),
 sends the request with its standard streams, and then only waits: Ctrl-C
 (SIGINT) goes to the command's whole process group, as a terminal sends it
@@ -46,9 +47,8 @@ def main() -> None:
         status = run(conn, sys.argv, dict(os.environ), list(sys.path))
     except wire.Unavailable as why:
         _restore_signals()
-        if not why.quiet:
-            print(f"dear: no warm server: {why}; running the command in this process (docs/performance.md)",
-                  file=sys.stderr, flush=True)
+        print(f"dear: no warm server: {why}; running the command in this process (docs/performance.md)",
+              file=sys.stderr, flush=True)
         return _plain()
     _exit_as(status)
 

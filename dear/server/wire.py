@@ -48,11 +48,7 @@ _CODE = ("wire.py", "daemon.py")  # the server's own modules: a new version of t
 
 
 class Unavailable(Exception):
-    """No server can run this command; `quiet`: the ordinary case (switched off), nothing to say."""
-
-    def __init__(self, why: str, quiet: bool = False):
-        super().__init__(why)
-        self.quiet = quiet
+    """No server can run this command (the message says why): it runs in the `dear` process itself."""
 
 
 def switched_off(environ=os.environ) -> bool:
