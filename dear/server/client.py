@@ -31,10 +31,7 @@ from dear.server import wire
 
 _START_TIMEOUT = 180.0   # seconds a first command waits for its server's imports (a loaded machine: ~10-20 s)
 _ANSWER_TIMEOUT = 30.0   # seconds a server may take to fork a command
-# the signals a client hands on to its command (Ctrl-C: to its process group); a signal the client was started
-# with ignored (nohup, a shell's `&`) stays ignored, in the command too
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-_BEFORE = {signum: signal.getsignal(signum) for signum in _FORWARDED}  # as Python set them up: the plain path's
+_BEFORE = {signum: signal.getsignal(signum) for signum in wire.FORWARDED}  # as Python set them: the plain path
 
 
 def main() -> None:
@@ -146,8 +143,8 @@ def run(conn: socket.socket, argv: list[str], environ: dict[str, str], path: lis
         with contextlib.suppress(ProcessLookupError):
             (os.killpg if signum == signal.SIGINT else os.kill)(target[0], signum)
 
-    ignored = [signum for signum in _FORWARDED if signal.getsignal(signum) == signal.SIG_IGN]  # nohup, `cmd &`
-    for signum in set(_FORWARDED) - set(ignored):
+    ignored = [signum for signum in wire.FORWARDED if signal.getsignal(signum) == signal.SIG_IGN]  # nohup, `cmd &`
+    for signum in set(wire.FORWARDED) - set(ignored):
         signal.signal(signum, forward)
     umask = os.umask(0)
     os.umask(umask)

@@ -47,8 +47,8 @@ from dear.server import wire
 # What every job of a study imports (a stage's modules import these at their top), and nothing of `dear`'s.
 PRELOAD = ("torch", "torchvision", "open_clip", "numpy", "pandas", "pyarrow", "pyarrow.parquet", "matplotlib",
            "PIL.Image", "scipy", "yaml", "pydantic", "typer", "click", "rich")
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
+_REQUEST_TIMEOUT = 30  # seconds a connected client may take to send its request
 
 
 def serve(path: str, idle: float) -> None:
@@ -141,7 +141,7 @@ def _handle(conn: socket.socket, about: dict) -> None:
     """The handler process: one request, one command, its status back to the client. Never returns."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        conn.settimeout(30)
+        conn.settimeout(_REQUEST_TIMEOUT)
         request, fds = wire.receive(conn, max_fds=3)
         conn.settimeout(None)
         if request is None:
@@ -188,7 +188,7 @@ def _become(request: dict, fds: list[int], conn: socket.socket, handler: int) ->
     try:
         os.setpgid(0, 0)
         _die_with(handler)
-        for signum in _FORWARDED:  # as a new Python process has them, or ignored as the client's were
+        for signum in wire.FORWARDED:  # as a new Python process has them, or ignored as the client's were
             ignored = signum in request["ignored"]
             signal.signal(signum, signal.SIG_IGN if ignored else
                           signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import socket
 import stat
 import struct
@@ -43,6 +44,9 @@ IMPORT_TIME = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO", "
                "CUBLAS_", "CUDA_", "CUDNN_", "NVIDIA_", "NCCL_", "TORCH", "PYTORCH_", "NPY_", "NUMPY_", "MPL",
                "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "ARROW_", "LD_", "LANG", "LC_", "TZ", "HOME",
                "XDG_CACHE_HOME", "XDG_CONFIG_HOME")
+# the signals a client hands on to its command (Ctrl-C: to its process group); one the client was started with
+# ignored (nohup, a shell's `&`) stays ignored, in the command too
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _HEADER = struct.Struct("!I")   # each message: its length, then JSON
 _CODE = ("wire.py", "daemon.py")  # the server's own modules: a new version of them is a new server
 
