@@ -130,3 +130,29 @@ def test_the_page_lists_every_name_of_the_contract_and_every_hook():
     hooks = {name for name, value in vars(MethodModel).items()
              if not name.startswith("_") and (callable(value) or isinstance(value, property))} - machinery
     assert shown == hooks | {"fit"}  # fit: only a method that sets fits_features defines it (the base has none)
+
+
+DEEP_BUILD = '''
+    def build(self, roles):
+        from dear.contract import check_layer
+
+        self.depth = check_layer(12, self.vision.layers, "prompt_depth_vision")
+'''
+
+
+def test_a_layer_outside_the_tower_is_named_under_the_plugins_own_recipe_without_a_null_it_does_not_take(tmp_path):
+    from dear.methods import create
+    from dear.methods.base import LayerError, check_layer
+    from tests.tiny_clip import tiny_clip
+
+    with installed_plugin(tmp_path / "site", "my_deep", model_body=DEEP_BUILD) as name:
+        params = load_params(params_with(tmp_path / "params.yaml", ["zeroshot", name]))
+        recipe = params.train.recipe(name, "world_objects", "base_to_novel")
+        backbone = type("Backbone", (), {"model": tiny_clip(layers=3), "tokenizer": None})
+        with pytest.raises(LayerError) as raised:
+            create(name, backbone, recipe)
+    assert str(raised.value) == ("recipe: prompt_depth_vision = 12 is outside this backbone's layers 1..3; set "
+                                 "train.recipes.my_deep.prompt_depth_vision in 1..3")
+    assert (raised.value.key, raised.value.layers) == ("prompt_depth_vision", 3)
+    with pytest.raises(DearError, match=r"set train.recipes.dear.start_layer in 1..2, or null for its default$"):
+        check_layer(5, 2, "start_layer", method="dear", nullable=True)
