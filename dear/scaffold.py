@@ -67,7 +67,12 @@ As generated, every hook is at its default and the method is zero-shot CLIP: not
 yours (docs/your-method.md#hooks has each hook's shapes and when the stages call it):
 - `build(roles)`: create the learnable tensors (nn.Parameter, nn.Module) under the run's seed;
 - `compute_text_features(classnames, template)`: the class features [C, E], normalized;
-- `encode(prefix)`: the image features [B, S+1, E] from the frozen blocks' output [B, 1+N, D];
+- `encode(prefix)`: the image features [B, S+1, E] from the frozen blocks' output [B, 1+N, D] (after ln_pre
+  and blocks 1..frozen_depth);
+- `frozen_depth` (property): the image blocks before the first one your tokens enter; a method that inserts
+  tokens into the image tower at layer 1 returns 0 and runs every block in `encode` (else they run twice);
+- `zero_effect()`: set the learnable tensors to values without effect and return True, where such values exist
+  (the kit then checks the features are zero-shot CLIP's);
 - `step(prefix, labels, classnames, frozen_image)`: the loss of one batch (a `Step`), once the recipe trains
   (`base: dassl` in recipe.yaml, with the optimizer, lr, schedule and precision of your paper);
 - `output(logits, alpha, seen, novel)`: the prediction from the stream logits (default: stream 0).

@@ -92,6 +92,11 @@ class MethodModel(nn.Module):
             x = oc.block_forward(block, x)
         return x
 
+    def zero_effect(self) -> bool:
+        """Set every learnable tensor to a value that leaves zero-shot CLIP's features as they are, and say True;
+        False (the default): the method has no such values. The testing kit then checks the features are CLIP's."""
+        return False
+
     def encode(self, prefix: torch.Tensor) -> torch.Tensor:
         """Stream features [B, S+1, E], normalized, from the frozen prefix (stream 0: CLS)."""
         return self.frozen_image(prefix)[:, None]
