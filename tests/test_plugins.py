@@ -16,7 +16,7 @@ from dear.errors import DearError
 from dear.methods import RESERVED, available, entry, model_class, names
 from dear.params import load_params
 from tests import fake_run
-from tests.plugins import installed_plugin
+from tests.plugins import installed_plugin, write_plugin
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,3 +156,27 @@ def test_a_layer_outside_the_tower_is_named_under_the_plugins_own_recipe_without
     assert (raised.value.key, raised.value.layers) == ("prompt_depth_vision", 3)
     with pytest.raises(DearError, match=r"set train.recipes.dear.start_layer in 1..2, or null for its default$"):
         check_layer(5, 2, "start_layer", method="dear", nullable=True)
+
+
+def test_a_plugin_shadowed_by_a_folder_of_its_name_is_refused_with_the_likely_cause(tmp_path, monkeypatch):
+    """A flat `name/name/` package seen from its parent folder: Python imports the outer folder (no __init__.py)."""
+    from dear.methods import plugins
+    from tests.plugins import fresh_discovery
+
+    write_plugin(tmp_path / "site", "shadowed_method")
+    (tmp_path / "site" / "shadowed_method" / "__init__.py").unlink()  # what the outer folder of a flat layout is
+    fresh_discovery(monkeypatch, tmp_path / "site")
+    (broken,) = [item for item in plugins.discovered() if item.name == "shadowed_method"]
+    assert "has no attribute 'METHOD'" in broken.problem
+    assert f"likely cause: Python imported the folder {tmp_path / 'site' / 'shadowed_method'} (no __init__.py)" \
+        in broken.problem and "src layout (src/shadowed_method/" in broken.problem
+
+
+def test_new_method_writes_the_src_layout(tmp_path):
+    from dear import scaffold
+
+    written = scaffold.run("my_method", tmp_path / "my-method")
+    assert sorted(str(path.relative_to(tmp_path / "my-method")) for path in written) == \
+        ["pyproject.toml", "src/my_method/__init__.py", "src/my_method/model.py", "src/my_method/recipe.yaml",
+         "tests/test_my_method.py"]
+    assert 'package-dir = {"" = "src"}' in (tmp_path / "my-method" / "pyproject.toml").read_text()

@@ -65,6 +65,19 @@ def test_new_method_writes_a_package_that_passes_its_own_test(tmp_path):
     assert "as zeroshot: KaiyangZhou/CoOp@ff61507 trainers/zsclip.py" in shown
 
 
+def test_an_editable_install_of_a_new_method_imports_the_same_from_its_parent_folder(tmp_path):
+    """`pip install -e` of the src layout `dear new-method` writes: Python started beside the package's folder (which
+    bears the method's name) finds the installed method, not that folder."""
+    run([str(BIN / "dear"), "new-method", "my_method"], tmp_path)
+    run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", "my_method",
+         "--target", str(tmp_path / "site")], tmp_path)
+    for cwd in (tmp_path, tmp_path / "my_method"):
+        found = run([sys.executable, "-c", f"import site; site.addsitedir({str(tmp_path / 'site')!r}); "
+                     "from dear.methods import plugins; print([type(item).__name__ for item in plugins.discovered()])"],
+                    cwd).stdout
+        assert found.strip() == "['Plugin']", found
+
+
 def study_text() -> str:
     """The pipeline tests' mini study (one seed, base-to-novel on world_objects, both transfer protocols) with the
     example's method beside zero-shot CLIP and CoOp."""

@@ -120,7 +120,7 @@ def discovered() -> tuple[Plugin | Broken, ...]:
             declared = point.load()
         except Exception as error:  # the plugin's own code: any failure is its problem, reported in one line
             found.append(Broken(point.name, f"{where}: cannot be imported ({type(error).__name__}: {error}); "
-                                            f"fix the package or {uninstall}"))
+                                            + (shadowed(point.module) or f"fix the package or {uninstall}")))
             continue
         if not isinstance(declared, Method):
             found.append(Broken(point.name, f"{where}: names a {type(declared).__name__}, not a "
@@ -128,6 +128,22 @@ def discovered() -> tuple[Plugin | Broken, ...]:
             continue
         found.append(Plugin(point.name, declared, point.value, distribution, version))
     return tuple(found)
+
+
+def shadowed(module: str) -> str | None:
+    """Why a plugin's module may have come from the wrong place: a folder of its name without __init__.py (a
+    namespace package), found on sys.path before the installed package, as a flat `name/name/` package is seen
+    from its parent folder under an editable install. The cure, or None when the module is a regular one."""
+    try:
+        spec = importlib.util.find_spec(module.split(".")[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin not in (None, "namespace") or not spec.submodule_search_locations:
+        return None
+    folders = ", ".join(str(folder) for folder in spec.submodule_search_locations)
+    return (f"likely cause: Python imported the folder {folders} (no __init__.py) instead of the installed package; "
+            f"start Python in another folder, or move the package to the src layout (src/{module.split('.')[0]}/, "
+            "as `dear new-method` writes it) and reinstall it")
 
 
 def clear() -> None:
