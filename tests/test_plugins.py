@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dear import jobs
+from dear import codegraph, jobs
 from dear.errors import DearError
 from dear.methods import RESERVED, available, entry, model_class, names
 from dear.params import load_params
@@ -100,11 +100,20 @@ def test_dear_recipe_shows_a_plugins_values_and_sources(tmp_path):
 def test_a_run_records_the_plugins_distribution_and_version(tmp_path):
     from dear.cli import job_record
 
+    args = {"dataset": "world_objects", "classes": "base"}
     with installed_plugin(tmp_path / "site", "my_adapter", trains=True, version="2.3.1") as name:
         params = load_params(params_with(tmp_path / "params.yaml", ["zeroshot", name]))
-        record = job_record("train", params, {"method": name, "dataset": "world_objects", "classes": "base"})
-    assert record["plugin"] == {"method": name, "distribution": "my-adapter", "version": "2.3.1",
-                                "entry_point": "my_adapter:METHOD", "contract": 1}
+        record = job_record("train", params, {"method": name, **args})["plugin"]
+        files = {key: value for key, value in code("train", name).files.items() if key.startswith("my_adapter/")}
+        edit(tmp_path / "site/my_adapter/model.py", "[:, 0]", "[:, 0] * 1.0")
+        jobs.code.cache_clear()
+        edited = job_record("train", params, {"method": name, **args})["plugin"]
+    assert record == {"method": name, "distribution": "my-adapter", "version": "2.3.1",
+                      "entry_point": "my_adapter:METHOD", "contract": 1, "code_files": files,
+                      "code_sha256": codegraph.fingerprint(files), "installed": "as installed", "edited": []}
+    assert sorted(files) == ["my_adapter/__init__.py", "my_adapter/model.py", "my_adapter/recipe.yaml"]
+    assert edited["installed"] == "edited since installed" and edited["edited"] == ["my_adapter/model.py"]
+    assert edited["code_sha256"] != record["code_sha256"] and edited["version"] == "2.3.1"
     assert "plugin" not in job_record("train", params, {"method": "coop", "dataset": "world_objects",
                                                         "classes": "base"})
 
