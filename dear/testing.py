@@ -317,8 +317,9 @@ class Kit:
         depth = model.frozen_depth
         raise AssertionError(
             f"image block {layer} runs {times:g} times per image between image_prefix and encode (frozen_depth is "
-            f"{depth}: the prefix runs blocks 1..{depth}, encode must run blocks {depth + 1}..{model.vision.layers}, "
-            "each once); set the property frozen_depth to the layer before the first one your tokens enter (0 when "
+            f"{depth}: the prefix runs blocks 1..{depth}, so encode must run "
+            + (f"blocks {depth + 1}..{model.vision.layers}, each once" if depth < model.vision.layers else "none")
+            + "); set the property frozen_depth to the layer before the first one your tokens enter (0 when "
             "they enter layer 1), and run encode from layer frozen_depth + 1 (docs/your-method.md#the-towers)")
 
     def check_zero_effect(self) -> None:

@@ -189,3 +189,31 @@ def test_new_method_writes_the_src_layout(tmp_path):
         ["pyproject.toml", "src/my_method/__init__.py", "src/my_method/model.py", "src/my_method/recipe.yaml",
          "tests/test_my_method.py"]
     assert 'package-dir = {"" = "src"}' in (tmp_path / "my-method" / "pyproject.toml").read_text()
+
+
+def test_the_page_documents_each_tower_function_with_its_real_arguments_and_the_internals_that_exist():
+    """docs/your-method.md#the-towers: each `towers.f(args)` heading is the function's signature (names, order and
+    defaults), every function the contract table lists for `towers` has one, and the internals table names
+    functions of dear.model.internals."""
+    import inspect
+    import re
+
+    from dear.methods import towers
+    from dear.model import internals
+
+    page = (ROOT / "docs" / "your-method.md").read_text()
+    section = page.partition("\n## The towers\n")[2].partition("\n## ")[0]
+    headings = re.findall(r"^### `towers\.(\w+)\((.*)\)`$", section, flags=re.M)
+    for name, arguments in headings:
+        real = [str(p).split(":")[0].strip() + (f"={p.default!r}" if p.default is not p.empty else "")
+                for p in inspect.signature(getattr(towers, name)).parameters.values()]
+        assert [a.strip() for a in arguments.split(",")] == real, name
+    contract_row = next(line for line in page.splitlines() if line.startswith("| `towers` |"))
+    listed = set(re.findall(r"`(\w+)`", contract_row.split("|")[2])) - {"compose"}  # run_text's argument
+    assert {name for name, _ in headings} == listed
+    table = section.partition("### `internals`")[2]
+    named = set(re.findall(r"`(\w+)[(`]", "".join(line.split("|")[1] for line in table.splitlines()
+                                                  if line.startswith("| `"))))
+    assert named and all(hasattr(internals, name) for name in named), sorted(n for n in named
+                                                                              if not hasattr(internals, n))
+    assert "**and `ln_pre`**" in section and "frozen_depth" in section

@@ -202,6 +202,7 @@ def demo_2026_text(root: Path) -> str:
 
 EXAMPLES = {  # package folder under examples/: its method, its name in words, its keys for the 2-layer smoke towers
     "clip-adapter": ("clip_adapter", "CLIP-Adapter", {}),
+    "vpt-deep": ("vpt_deep", "VPT-deep", {"prompt_depth_vision": 2}),  # its 12 layers of ViT-B/16: 2 here
 }
 EXAMPLE_SMOKE_HEADER = """\
 # The smoke study (configs/smoke.yaml) with {title}, the method of the package examples/{folder}, beside
