@@ -11,6 +11,7 @@ PYTHONPATH of every process that uses them, as an installed package is on a user
 """
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -49,7 +50,8 @@ def site(tmp_path_factory) -> Path:
 
 
 def on_path(site: Path) -> dict:
-    return {"PYTHONPATH": str(site)}
+    """The packages' folder on PYTHONPATH, before what the tests' own process has there (the checkout under test)."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
 
 
 def package_tests(package: Path, site: Path, cwd: Path) -> subprocess.CompletedProcess:
