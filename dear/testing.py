@@ -228,7 +228,7 @@ class Kit:
         try:
             self.check_layers()
         except AssertionError as error:
-            raise AssertionError(f"method {self.method} fails check_layers of dear.testing: {error}") from None
+            raise AssertionError(f"method {self.method} fails dear.testing's check_layers: {error}") from None
         failed = []
         for check in (self.check_recipe, self.check_gradients, self.check_blocks, self.check_zero_effect,
                       self.check_trains, self.check_save_load, self.check_resume, self.check_protocols):
@@ -236,7 +236,9 @@ class Kit:
                 check()
             except AssertionError as error:
                 failed.append(f"{check.__name__}: {error}")
-        assert not failed, f"method {self.method} fails {len(failed)} check(s) of dear.testing:\n" + "\n".join(failed)
+        if len(failed) == 1:
+            raise AssertionError(f"method {self.method} fails dear.testing's {failed[0]}")
+        assert not failed, f"method {self.method} fails {len(failed)} checks of dear.testing:\n" + "\n".join(failed)
 
     def check_recipe(self) -> None:
         from dear.methods.recipe import REQUIRED
@@ -339,21 +341,14 @@ class Kit:
             images = torch.randn(3, 3, 32, 32)
             ours = model.encode(model.image_prefix(images))[:, 0]  # [B, E]
             clip = F.normalize(internals.encode_image(model.clip, images), dim=-1)
-            gap = float((ours - clip).abs().max())
-            assert gap < 1e-5, f"with zero_effect() its image features differ from zero-shot CLIP's by up to " \
-                               f"{gap:.2g}; make zero_effect() set every learnable tensor to a value without effect " \
-                               "(or return False: the method has none)"
+            _as_clip(ours, clip, "image features")
             template = model.recipe.get("template")
             if template is None:
                 return
             classes = CLASSES[SOURCE]
-            ours = model.text_features(classes, template)
             clip = towers.encode_texts(model.clip, model.text, model.tokenizer,
                                        [prompts.hand_written(template, name).text for name in classes])
-            gap = float((ours - clip).abs().max())
-            assert gap < 1e-5, f"with zero_effect() its class features differ from zero-shot CLIP's ({template!r}) " \
-                               f"by up to {gap:.2g}; make zero_effect() set every learnable tensor to a value " \
-                               "without effect (or return False: the method has none)"
+            _as_clip(model.text_features(classes, template), clip, f"class features of {template!r}")
 
     def check_trains(self) -> None:
         import pyarrow.parquet as pq
@@ -510,6 +505,14 @@ def invoke(*args: Any, code: int = 0):
     assert result.exit_code == code, f"dear {' '.join(str(a) for a in args[:2])} exited {result.exit_code} " \
                                      f"(expected {code}): {result.output[-1500:]}"
     return result
+
+
+def _as_clip(ours, clip, what: str) -> None:
+    """`ours` equal zero-shot CLIP's `clip` (both [*, E], normalized) to float rounding, or the check's one line."""
+    gap = float((ours - clip).abs().max())
+    assert gap < 1e-5, f"with zero_effect() its {what} differ from zero-shot CLIP's by up to {gap:.2g}; make " \
+                       "zero_effect() set every learnable tensor to a value without effect (or return False: the " \
+                       "method has none)"
 
 
 def _targets(run: Run) -> list[tuple[str, str, list[str]]]:

@@ -91,6 +91,16 @@ def test_the_kit_names_the_promise_a_broken_method_breaks(tmp_path, check):
             getattr(kit, check)()
 
 
+def test_a_method_that_forgets_frozen_depth_fails_the_kit_in_one_line(tmp_path):
+    body, _ = BROKEN["check_blocks"]
+    with installed_plugin(tmp_path / "site", "forgot_depth", model_body=body, trains=True) as name:
+        with pytest.raises(AssertionError) as raised:
+            Kit(name, tmp_path / "study").check()
+    said = str(raised.value)
+    assert "\n" not in said and said.startswith(f"method {name} fails dear.testing's check_blocks: image block 1 "
+                                                 "runs 2 times per image"), said
+
+
 def test_the_kit_says_a_layer_that_does_not_fit_alone_and_a_method_without_a_zero_effect_passes(tmp_path):
     """A recipe outside the kit's towers fails every check: `check` says that one line only. A method whose
     zero-effect values are right passes (one declaring none is not asked: every built-in method)."""
@@ -98,7 +108,7 @@ def test_the_kit_says_a_layer_that_does_not_fit_alone_and_a_method_without_a_zer
     with installed_plugin(tmp_path / "site", "too_deep", model_body=body, trains=True) as name:
         with pytest.raises(AssertionError) as raised:
             Kit(name, tmp_path / "study").check()
-    assert "\n" not in str(raised.value) and "fails check_layers of dear.testing" in str(raised.value)
+    assert "\n" not in str(raised.value) and "fails dear.testing's check_layers" in str(raised.value)
     right = BROKEN["check_zero_effect"][0].replace("fill_(0.5)", "fill_(0.0)")
     with installed_plugin(tmp_path / "site", "right_zero", model_body=right, trains=True) as name:
         Kit(name, tmp_path / "study").check_zero_effect()
