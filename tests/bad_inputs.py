@@ -777,6 +777,9 @@ PLUGINS = [  # a method from an installed package that cannot run (docs/your-met
     _plugin_case("plugin-layer-key-check", "a plugin's layer key (prompt_depth_vision: 12) on a 2-layer backbone",
                  ["train.recipes.broken_layer_key.prompt_depth_vision: 12", "(2 image layers); set it in 1..2"],
                  recipe=DEEP),
+    _plugin_case("plugin-layer-declaration-check", "a plugin's recipe declares a layer key's towers as a word",
+                 ["recipe.yaml: keys.prompt_depth_vision.layers: write {towers: [image]"],
+                 recipe=DEEP.replace("layers: {towers: [image], meaning: depth}", "layers: image")),
 ]
 
 

@@ -235,8 +235,8 @@ def _layer_key(name: str, spec: dict, path: Path):
     declared = spec.get("layers")
     if declared is None:
         return None
-    towers = declared.get("towers") if isinstance(declared, dict) else None
-    meaning, lowest = (declared.get("meaning"), declared.get("lowest", 1)) if isinstance(declared, dict) else (0, 0)
+    given = declared if isinstance(declared, dict) else {}
+    towers, meaning, lowest = given.get("towers"), given.get("meaning"), given.get("lowest", 1)
     if not (isinstance(towers, list) and towers and set(towers) <= {"image", "text"}
             and meaning in ("depth", "start") and isinstance(lowest, int) and spec["type"].removesuffix("?") == "int"):
         raise DearError(f"{path}: keys.{name}.layers: write {{towers: [image] or [text] or [image, text], meaning: "
