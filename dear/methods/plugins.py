@@ -149,7 +149,7 @@ def shadowed(module: str) -> str | None:
 def code_record(plugin: Plugin, counted: dict[str, str]) -> dict:
     """What a run records of a plugin's code: the fingerprint of each of its files a job counted (dear.jobs.code),
     one sha256 over them, and whether those files are still the installed distribution's (its RECORD's sha256):
-    `as installed`, `edited since installed` (naming the files), or `not in RECORD` (an editable install: its files
+    `as installed`, `edited since installed` (naming the files), or `not in its RECORD` (an editable install: its files
     are a source tree, which RECORD does not list). The tree state of `dear`'s own checkout says nothing of these."""
     from dear import codegraph
 
