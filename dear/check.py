@@ -389,7 +389,8 @@ def train(params, params_file: str) -> list[str]:
             setting = recipe.settings[key]
             ours = setting.kind == "ours" and setting.source.startswith("train.recipes.")
             where = setting.source if ours else f"train.recipes.{recipe.recipe}.{key}"
-            origin = "" if ours else f" (the {setting.kind}' value, {setting.source})"
+            whose = {"authors": "the authors'", "paper": "the paper's"}.get(setting.kind, "the recipe file's")
+            origin = "" if ours else f" ({whose} value, {setting.source})"
             broken.setdefault((where, repr(setting.value), problem), [origin, []])[1].append(
                 f"{method} on {dataset}" + (f" ({shots} shots)" if shots is not None else ""))
     return [f"{where}: {value}{origin} {problem}; {_jobs(jobs)}"

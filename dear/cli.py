@@ -203,13 +203,16 @@ def job_record(stage: str, params, inputs: dict) -> dict:
     except DearError:  # an argument the stage refuses in its own words (an unknown --method): no record to make
         return {}
     return {"stage": stage, "args": args, "reads": reads, "code": code.sha256, "code_files": code.files,
-            **({"plugin": plugin_record(plugin)} if plugin else {})}
+            **({"plugin": plugin_record(plugin, code.files)} if plugin else {})}
 
 
-def plugin_record(plugin) -> dict:
-    """What a run records of a plugin method: the distribution and version that declare it, and its entry point."""
+def plugin_record(plugin, counted: dict) -> dict:
+    """What a run records of a plugin method: the distribution and version that declare it, its entry point, and
+    its code the job counted, against the distribution's RECORD (`dear.methods.plugins.code_record`)."""
+    from dear.methods.plugins import code_record
+
     return {"method": plugin.name, "distribution": plugin.distribution, "version": plugin.version,
-            "entry_point": plugin.target, "contract": plugin.method.contract}
+            "entry_point": plugin.target, "contract": plugin.method.contract, **code_record(plugin, counted)}
 
 
 def _import_stage(name: str):

@@ -90,6 +90,7 @@ def inputs_differ(a: dict, b: dict) -> list[str]:
         lines.append("  - where they read and write: " + ", ".join(f"`{key}`" for key in where))
     lines += _recipes(a["models"], b["models"])
     lines.append(_same_or("code", a["code"], b["code"], lambda c: f"{c.get('commit')} (clean: {c.get('clean')})"))
+    lines += _plugin_code(a.get("plugins") or [], b.get("plugins") or [])
     data = _same_or("data", a["data"], b["data"], str)
     if a["data"] != b["data"] and a["params"].get("output_root") != b["params"].get("output_root"):
         data += (" (the manifests' sha256; a manifest records where its images lie, so the same images under "
@@ -227,6 +228,34 @@ def _recipes(a: list[dict], b: list[dict]) -> list[str]:
     if only:
         lines.append(f"  - {len(only)} trained runs are in one run only")
     return lines
+
+
+def _plugin_code(a: list[dict], b: list[dict]) -> list[str]:
+    """Each plugin method whose code differs between the runs (its release, or the files its jobs counted: an
+    edit of an installed plugin moves numbers as an edit of dear does), with the files that differ."""
+    old, new = _plugin_codes(a), _plugin_codes(b)
+    lines = []
+    for method in sorted(set(old) | set(new)):
+        (release_a, files_a, _), (release_b, files_b, state) = old.get(method, ("absent", {}, None)), \
+            new.get(method, ("absent", {}, None))
+        if (release_a, files_a) == (release_b, files_b):
+            continue
+        edited = [key for key in sorted(set(files_a) | set(files_b)) if files_a.get(key) != files_b.get(key)]
+        release = release_b if release_a == release_b else f"{release_a} → {release_b}"
+        lines.append(f"- **plugin code** of {method} ({release}): "
+                     + (f"{', '.join(edited)} differ{'s' if len(edited) == 1 else ''}" if edited else "the same files")
+                     + (f" (run B's files: {state})" if state else "") + "; a cause of what moved for this method")
+    return lines or (["- **plugin code**: the same"] if old or new else [])
+
+
+def _plugin_codes(records: list[dict]) -> dict[str, tuple[str, dict, str | None]]:
+    """{method: (distribution and version, {file: fingerprint} its jobs counted, its state against RECORD)}."""
+    found: dict[str, tuple[str, dict, str | None]] = {}
+    for record in records:  # one per distinct code of a method; a run whose jobs saw two codes merges them
+        _, files, _ = found.get(record["method"], ("", {}, None))
+        found[record["method"]] = (f"{record['distribution']} {record['version']}",
+                                   {**files, **(record.get("code_files") or {})}, record.get("installed"))
+    return found
 
 
 def _values(model: dict) -> dict[str, object]:

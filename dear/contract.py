@@ -7,7 +7,7 @@ from here and nothing else of `dear`, so a release of `dear` that keeps
 
 - `MethodModel`, `Step`: the base class and its hooks (`build`,
   `compute_text_features`, `encode`, `frozen_depth`, `step`, `output`,
-  `stream_names`, `alpha`, `can_score`, `on_epoch_end`, `for_dataset` with
+  `stream_names`, `alpha`, `can_score`, `zero_effect`, `on_epoch_end`, `for_dataset` with
   `forget_text`, `extra_state`, `load_extra_state`, `half_parameters`; `fit`
   with `fits_features`; `init_passes` with `init_from_passes`;
   `search_validation` with `searches_validation`), and a training step's

@@ -42,12 +42,20 @@ class Pace:
     def line(self, done: int) -> str:
         seconds = max(clock() - self.began, 1e-9)
         rate = (done - self.start) / seconds
-        shown = f"{rate:.2f} {self.unit}/s" if rate >= 1 or rate == 0 else f"{1 / rate:.1f} s per {self.unit[:-1] or self.unit}"
+        shown = f"{rate:.2f} {self.unit}/s" if rate >= 1 or rate == 0 else f"{1 / rate:.1f} s per {singular(self.unit)}"
         if self.total is None:
             return f"{done} {self.unit}, {shown}, {duration(seconds)} so far"
         left = f"about {duration((self.total - done) / rate)} left" if rate > 0 else "time left unknown yet"
         return f"{done}/{self.total} {self.unit}, {shown}, {left}" if done < self.total else \
             f"{done}/{self.total} {self.unit} in {duration(seconds)}, {shown}"
+
+
+def singular(unit: str) -> str:
+    """'batches' -> 'batch', 'steps' -> 'step', 'images' -> 'image': the English plural undone, not cut."""
+    for plural, one in (("ches", "ch"), ("shes", "sh"), ("sses", "ss"), ("xes", "x")):
+        if unit.endswith(plural):
+            return unit[: -len(plural)] + one
+    return unit[:-1] if len(unit) > 1 and unit.endswith("s") and not unit.endswith("ss") else unit
 
 
 def duration(seconds: float) -> str:

@@ -228,8 +228,11 @@ def markdown(record: dict) -> list[str]:
     for versions in record["versions"]:
         lines.append("- **Versions**: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
     for plugin in record.get("plugins", []):
+        code = (f"; its code sha256 {plugin['code_sha256'][:12]} over {len(plugin['code_files'])} files, "
+                f"{plugin['installed']}" + (f" ({', '.join(plugin['edited'])})" if plugin.get("edited") else "")
+                if "code_sha256" in plugin else "")
         lines.append(f"- **Plugin method** {plugin['method']}: {plugin['distribution']} {plugin['version']} "
-                     f"(entry point {plugin['entry_point']}, method contract {plugin['contract']})")
+                     f"(entry point {plugin['entry_point']}, method contract {plugin['contract']}){code}")
     for devices in record["devices"]:
         lines.append(f"- **Devices**: CPU {devices.get('cpu')}; CUDA {', '.join(devices['cuda']) or 'none'}")
     peak = record.get("peak_gpu_memory_mb")

@@ -2,11 +2,13 @@
 
 It writes what docs/your-method.md builds by hand for CLIP-Adapter (examples/clip-adapter/):
 - `pyproject.toml`, declaring the method under the `dear.methods` entry-point group;
-- `<name>/__init__.py`, its `dear.contract.Method` (model class, recipe file, title, contract version);
-- `<name>/model.py`, a `MethodModel` with every hook a method fills, each at its default: the class features
+- `src/<name>/__init__.py`, its `dear.contract.Method` (model class, recipe file, title, contract version), in
+  the src layout the packaging guide recommends: a flat `<name>/<name>/` is shadowed by its outer folder when
+  Python starts in the parent folder of an editable install;
+- `src/<name>/model.py`, a `MethodModel` with every hook a method fills, each at its default: the class features
   of the hand-written prompt and CLIP's own image feature, so the skeleton is zero-shot CLIP with a learnable
   nothing, and its title says so;
-- `<name>/recipe.yaml`, its values (zero-shot CLIP's prompt per dataset, resize filter, precision) with their
+- `src/<name>/recipe.yaml`, its values (zero-shot CLIP's prompt per dataset, resize filter, precision) with their
   sources, as every recipe gives them;
 - `tests/test_<name>.py`, `dear.testing`'s kit on it: the checks every built-in method passes.
 Nothing is overwritten: an existing folder is refused.
@@ -42,7 +44,10 @@ dependencies = ["dear"]
 [project.entry-points."{group}"]
 {name} = "{name}:METHOD"
 
+# the src layout: Python started in this folder's parent (or here) imports the installed package, never the
+# folder of the same name (packaging.python.org, "src layout vs flat layout")
 [tool.setuptools]
+package-dir = {{"" = "src"}}
 packages = ["{name}"]
 
 [tool.setuptools.package-data]
@@ -67,7 +72,12 @@ As generated, every hook is at its default and the method is zero-shot CLIP: not
 yours (docs/your-method.md#hooks has each hook's shapes and when the stages call it):
 - `build(roles)`: create the learnable tensors (nn.Parameter, nn.Module) under the run's seed;
 - `compute_text_features(classnames, template)`: the class features [C, E], normalized;
-- `encode(prefix)`: the image features [B, S+1, E] from the frozen blocks' output [B, 1+N, D];
+- `encode(prefix)`: the image features [B, S+1, E] from the frozen blocks' output [B, 1+N, D] (after ln_pre
+  and blocks 1..frozen_depth);
+- `frozen_depth` (property): the image blocks before the first one your tokens enter; a method that inserts
+  tokens into the image tower at layer 1 returns 0 and runs every block in `encode` (else they run twice);
+- `zero_effect()`: set the learnable tensors to values without effect and return True, where such values exist
+  (the kit then checks the features are zero-shot CLIP's);
 - `step(prefix, labels, classnames, frozen_image)`: the loss of one batch (a `Step`), once the recipe trains
   (`base: dassl` in recipe.yaml, with the optimizer, lr, schedule and precision of your paper);
 - `output(logits, alpha, seen, novel)`: the prediction from the stream logits (default: stream 0).
@@ -128,8 +138,8 @@ def run(name: str, out: Path) -> list[Path]:
     if out.exists():
         raise DearError(f"{out}: already exists; choose a new folder (--out)")
     values = {"name": name, "dist": name.replace("_", "-"), "group": GROUP, "contract": CONTRACT_VERSION}
-    files = {"pyproject.toml": PYPROJECT, f"{name}/__init__.py": INIT, f"{name}/model.py": MODEL,
-             f"{name}/recipe.yaml": RECIPE, f"tests/test_{name}.py": TEST}
+    files = {"pyproject.toml": PYPROJECT, f"src/{name}/__init__.py": INIT, f"src/{name}/model.py": MODEL,
+             f"src/{name}/recipe.yaml": RECIPE, f"tests/test_{name}.py": TEST}
     with output_folder(out, owns=["*"]) as staging:  # all of it or nothing
         for relative, template in files.items():
             (staging / relative).parent.mkdir(parents=True, exist_ok=True)

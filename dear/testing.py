@@ -10,6 +10,14 @@ Each check is also a method of `Kit`, for a test of its own:
   with its source;
 - `check_gradients`: one training step's loss reaches the method's learnable tensors only (the frozen CLIP gets
   no gradient and no `requires_grad`), and every learnable tensor is in what model.pt stores;
+- `check_layers`: the recipe's keys that name layers fit the kit's two-layer towers (keys declared with
+  `layers:` are fitted as the built-in ones are; a layer `build` refuses with `check_layer` is named with the
+  `recipe=` to give); `check` says this one alone when it fails, as every other check would fail of it;
+- `check_blocks`: every image block runs exactly once per image between `image_prefix` and `encode` (forward
+  hooks count the images through each block): a method inserting image tokens that forgets to lower
+  `frozen_depth` runs the first blocks twice, once frozen and once in `encode`;
+- `check_zero_effect`: where the method declares values without effect (`zero_effect()` returns True), its
+  image features, and its class features of a hand-written template, are zero-shot CLIP's;
 - `check_trains`: `dear train` runs (a step per batch in its log) and leaves the frozen CLIP as it found it;
 - `check_save_load`: model.pt loads into a model whose learnable state equals the saved one and whose logits
   equal those of the model training left, bit for bit, and saving that model again stores the same tensors;
@@ -103,7 +111,7 @@ class Kit:
         return path
 
     def _params(self) -> dict:
-        from dear.methods.layers import KEYS
+        from dear.methods.layers import KEYS, declared
         from dear.methods.recipe import load
 
         raw = yaml.safe_load(demo_params().read_text())
@@ -126,11 +134,12 @@ class Kit:
             for key in short:
                 (block or {}).pop(key, None)
         recipes["all"] = {**(recipes.get("all") or {}), **short}
-        for name, keys in KEYS.items():  # the built-in recipes' layers, fitted to the tiny towers
-            fitted = {spec.key: TOWER for spec in keys if spec.meaning == "depth"}
-            fitted.update({spec.key: None for spec in keys if spec.meaning == "start" and spec.default})
-            recipes[name] = {**(recipes.get(name) or {}), **fitted}
         own = self.entry.recipe
+        for name, keys in {**KEYS, own: KEYS.get(own) or declared(own)}.items():  # layer keys fitted to the towers
+            fitted = {spec.key: TOWER for spec in keys if spec.meaning == "depth"}
+            fitted.update({spec.key: None if spec.default else spec.lowest for spec in keys if spec.meaning == "start"})
+            if fitted:
+                recipes[name] = {**(recipes.get(name) or {}), **fitted}
         recipes[own] = {**(recipes.get(own) or {}), **self.recipe_changes}
         load(own)
         raw["train"].update(method=self.method, checkpoint_every=1)
@@ -214,15 +223,22 @@ class Kit:
     # --- the checks ---------------------------------------------------------------------
 
     def check(self) -> None:
-        """Every check; an AssertionError naming each one that failed, and why."""
+        """Every check; an AssertionError naming each one that failed, and why. A recipe that does not fit the
+        kit's backbone is said alone: every other check would fail of it."""
+        try:
+            self.check_layers()
+        except AssertionError as error:
+            raise AssertionError(f"method {self.method} fails dear.testing's check_layers: {error}") from None
         failed = []
-        for check in (self.check_recipe, self.check_gradients, self.check_trains, self.check_save_load,
-                      self.check_resume, self.check_protocols):
+        for check in (self.check_recipe, self.check_gradients, self.check_blocks, self.check_zero_effect,
+                      self.check_trains, self.check_save_load, self.check_resume, self.check_protocols):
             try:
                 check()
             except AssertionError as error:
                 failed.append(f"{check.__name__}: {error}")
-        assert not failed, f"method {self.method} fails {len(failed)} check(s) of dear.testing:\n" + "\n".join(failed)
+        if len(failed) == 1:
+            raise AssertionError(f"method {self.method} fails dear.testing's {failed[0]}")
+        assert not failed, f"method {self.method} fails {len(failed)} checks of dear.testing:\n" + "\n".join(failed)
 
     def check_recipe(self) -> None:
         from dear.methods.recipe import REQUIRED
@@ -263,6 +279,76 @@ class Kit:
         assert reached, "one training step's loss reaches no learnable tensor"
         assert set(result.terms) == set(type(model).TERMS), \
             f"step's terms {sorted(result.terms)} are not the TERMS the class declares {sorted(type(model).TERMS)}"
+
+    def check_layers(self) -> None:
+        """The recipe's keys that name layers fit the kit's towers (the keys declared `layers:` are fitted here as
+        the built-in recipes' are); a layer `build` refuses (`check_layer`) is named with the value to give."""
+        from dear.methods.base import LayerError
+
+        for run in self.runs():
+            try:
+                self.model(run)
+            except LayerError as error:
+                raise AssertionError(
+                    f"{run.protocol}: recipe key {error.key} names a layer outside the kit's backbone ({error.layers} "
+                    f"layers a tower); give the kit one that fits, Kit({self.method!r}, folder, recipe={{{error.key!r}: "
+                    f"{error.layers}}}), or declare the key's layers in recipe.yaml (keys: {error.key}: {{..., layers: "
+                    "{towers: [image], meaning: depth}}) and the kit fits it (docs/your-method.md#the-recipe)") from None
+
+    def check_blocks(self) -> None:
+        """Between `image_prefix` and `encode` every image block runs once per image: the frozen prefix runs
+        blocks 1..frozen_depth without autograd, `encode` the rest (forward hooks on each block's first norm,
+        which `internals.block_forward` calls once a pass, count the images through it)."""
+        import torch
+
+        model = self.load(self.trained).eval()  # as evaluate runs it (TAC forms its clusters in training)
+        counts = [0] * model.vision.layers
+        hooks = [block.ln_1.register_forward_hook(lambda module, args, out, i=i: counts.__setitem__(
+            i, counts[i] + args[0].shape[0])) for i, block in enumerate(model.vision.blocks)]
+        images = 3
+        try:
+            with torch.no_grad():
+                model.encode(model.image_prefix(torch.randn(images, 3, 32, 32)))
+        finally:
+            for hook in hooks:
+                hook.remove()
+        wrong = [(layer, count / images) for layer, count in enumerate(counts, start=1) if count != images]
+        if not wrong:
+            return
+        layer, times = wrong[0]
+        depth = model.frozen_depth
+        raise AssertionError(
+            f"image block {layer} runs {times:g} times per image between image_prefix and encode (frozen_depth is "
+            f"{depth}: the prefix runs blocks 1..{depth}, so encode must run "
+            + (f"blocks {depth + 1}..{model.vision.layers}, each once" if depth < model.vision.layers else "none")
+            + "); set the property frozen_depth to the layer before the first one your tokens enter (0 when "
+            "they enter layer 1), and run encode from layer frozen_depth + 1 (docs/your-method.md#the-towers)")
+
+    def check_zero_effect(self) -> None:
+        """A method whose `zero_effect()` sets its learnable tensors to values without effect (and says True)
+        gives zero-shot CLIP's image features and, with a hand-written template, its class features."""
+        import torch
+        import torch.nn.functional as F
+
+        from dear.methods import prompts, towers
+        from dear.model import internals
+
+        model = self.model().eval()
+        with torch.no_grad():
+            if not model.zero_effect():
+                return
+            torch.manual_seed(0)
+            images = torch.randn(3, 3, 32, 32)
+            ours = model.encode(model.image_prefix(images))[:, 0]  # [B, E]
+            clip = F.normalize(internals.encode_image(model.clip, images), dim=-1)
+            _as_clip(ours, clip, "image features")
+            template = model.recipe.get("template")
+            if template is None:
+                return
+            classes = CLASSES[SOURCE]
+            clip = towers.encode_texts(model.clip, model.text, model.tokenizer,
+                                       [prompts.hand_written(template, name).text for name in classes])
+            _as_clip(model.text_features(classes, template), clip, f"class features of {template!r}")
 
     def check_trains(self) -> None:
         import pyarrow.parquet as pq
@@ -419,6 +505,14 @@ def invoke(*args: Any, code: int = 0):
     assert result.exit_code == code, f"dear {' '.join(str(a) for a in args[:2])} exited {result.exit_code} " \
                                      f"(expected {code}): {result.output[-1500:]}"
     return result
+
+
+def _as_clip(ours, clip, what: str) -> None:
+    """`ours` equal zero-shot CLIP's `clip` (both [*, E], normalized) to float rounding, or the check's one line."""
+    gap = float((ours - clip).abs().max())
+    assert gap < 1e-5, f"with zero_effect() its {what} differ from zero-shot CLIP's by up to {gap:.2g}; make " \
+                       "zero_effect() set every learnable tensor to a value without effect (or return False: the " \
+                       "method has none)"
 
 
 def _targets(run: Run) -> list[tuple[str, str, list[str]]]:

@@ -710,8 +710,10 @@ PREDICT = [
 ]
 
 
-def _plugin_case(id: str, given: str, expect: list[str], used: bool = True, **plugin) -> Case:
-    """`dear check` of a study with a broken plugin method installed (tests/plugins.py writes it as pip would)."""
+def _plugin_case(id: str, given: str, expect: list[str], used: bool = True, stage: str = "check",
+                 changes: dict | None = None, **plugin) -> Case:
+    """`dear check` (or `dear recipe`: `stage`) of a study with a broken plugin method installed (tests/plugins.py
+    writes it as pip would); `changes`: the config's train.recipes entry of the method."""
     package = "broken_" + id.removeprefix("plugin-").removesuffix("-check").replace("-", "_")
 
     def setup(inputs: Inputs, here: Path, patch) -> None:
@@ -720,10 +722,30 @@ def _plugin_case(id: str, given: str, expect: list[str], used: bool = True, **pl
         method = write_plugin(here / "site", package, **plugin)
         fresh_discovery(patch, here / "site")
         methods = ["zeroshot", method] if used else ["zeroshot"]
-        params_with(inputs, here, lambda raw: (raw["study"].__setitem__("methods", methods),
-                                               raw["report"].update(methods=methods, compare=methods[-1])))
 
-    return Case(id, "check", given, expect, lambda i: ["check", "--params", "params.yaml"], setup=setup)
+        def change(raw: dict) -> None:
+            raw["study"]["methods"] = methods
+            raw["report"].update(methods=methods, compare=methods[-1])
+            if changes is not None:
+                raw["train"]["recipes"][method] = changes
+
+        params_with(inputs, here, change)
+
+    return Case(id, stage, given, expect, lambda i: [stage, "--params", "params.yaml"], setup=setup)
+
+
+def _vpt_recipe(values: str, layers: str = "") -> str:
+    """A plugin recipe as a VPT-deep author writes one: its own keys, one a depth of the image tower."""
+    return ('title: "x"\nprompt: template\nkeys:\n  template: {type: str, help: "x"}\n'
+            '  precision: {type: "fp16|fp32|bf16", help: "x"}\n  n_ctx_vision: {type: int, help: "x"}\n'
+            f'  prompt_depth_vision: {{type: int, help: "x"{layers}}}\n'
+            f'recipe:\n  - source: "tests/plugins.py"\n    kind: ours\n    values: {{{values}}}\n')
+
+
+TYPO = _vpt_recipe('template: "a {}.", precision: fp32, n_ctx_visoin: 8, prompt_depth_vision: 2')
+WRONG_TYPE = _vpt_recipe('template: "a {}.", precision: fp32, n_ctx_vision: "8", prompt_depth_vision: 2')
+DEEP = _vpt_recipe('template: "a {}.", precision: fp32, n_ctx_vision: 8, prompt_depth_vision: 12',
+                   ", layers: {towers: [image], meaning: depth}")
 
 
 PLUGINS = [  # a method from an installed package that cannot run (docs/your-method.md)
@@ -744,6 +766,20 @@ PLUGINS = [  # a method from an installed package that cannot run (docs/your-met
     _plugin_case("plugin-missing-hook-check", "a plugin whose model does not write its class features",
                  ["plugin method 'broken_missing_hook'", "does not define the hook compute_text_features"],
                  model="dear.contract:MethodModel"),
+    # a plugin's own recipe file is broken, and the config changes its keys: the file's line, first and alone
+    *(_plugin_case(f"plugin-recipe-{what}-{stage}", f"a plugin's recipe file {given}, the config changing its keys",
+                   ["broken_recipe_" + what.replace("-", "_"), "recipe.yaml", *words], stage=stage,
+                   changes={"n_ctx_vision": 4}, recipe=recipe)
+      for stage in ("check", "recipe")
+      for what, given, recipe, words in (
+          ("typo", "sets n_ctx_visoin (a typo)", TYPO, ["unknown keys ['n_ctx_visoin']", "did you mean n_ctx_vision"]),
+          ("wrong-type", 'sets n_ctx_vision: "8" (text)', WRONG_TYPE, ["n_ctx_vision = '8'", "must be int"]))),
+    _plugin_case("plugin-layer-key-check", "a plugin's layer key (prompt_depth_vision: 12) on a 2-layer backbone",
+                 ["train.recipes.broken_layer_key.prompt_depth_vision: 12", "(2 image layers); set it in 1..2"],
+                 recipe=DEEP),
+    _plugin_case("plugin-layer-declaration-check", "a plugin's recipe declares a layer key's towers as a word",
+                 ["recipe.yaml: keys.prompt_depth_vision.layers: write {towers: [image]"],
+                 recipe=DEEP.replace("layers: {towers: [image], meaning: depth}", "layers: image")),
 ]
 
 

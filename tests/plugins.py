@@ -1,6 +1,7 @@
 """Plugin methods for tests: a package written and installed as pip installs one, into a folder of its own.
 
-`write_plugin` writes a package and the `.dist-info` pip would write beside it (METADATA, entry_points.txt);
+`write_plugin` writes a package and the `.dist-info` pip would write beside it (METADATA, entry_points.txt,
+RECORD);
 `installed_plugin` puts that folder on sys.path for a `with` block, with a fresh discovery of entry points,
 and takes both away after. `pip_install` installs a real package (the example, a generated skeleton) with pip
 into a folder, for subprocesses (`PYTHONPATH=<folder>`).
@@ -8,8 +9,10 @@ into a folder, for subprocesses (`PYTHONPATH=<folder>`).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
+import hashlib
 import importlib
 import subprocess
 import sys
@@ -74,7 +77,15 @@ def write_plugin(site: Path, package: str, method: str | None = None, model_body
     dist.mkdir(exist_ok=True)
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package.replace('_', '-')}\nVersion: {version}\n")
     (dist / "entry_points.txt").write_text(f"[{plugins.GROUP}]\n{method} = {package}:METHOD\n")
+    (dist / "RECORD").write_text("".join(f"{path.relative_to(site)},sha256={_urlsafe_sha256(path)},"
+                                         f"{path.stat().st_size}\n" for path in sorted(folder.iterdir())
+                                         if path.is_file()))
     return method
+
+
+def _urlsafe_sha256(path: Path) -> str:
+    """A file's hash as a wheel's RECORD writes it (PEP 376/427: urlsafe base64 of the sha256, no padding)."""
+    return base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
 
 
 @contextlib.contextmanager

@@ -126,3 +126,19 @@ def test_compare_takes_a_demo_snapshot_as_one_side(project, tmp_path):
     moved = run([str(BIN / "dear"), "compare", str(snapshot), "runB", "--params", "runA.yaml"], project).stdout
     assert "  - `backbone.steps`: 60 → 30" in moved and ": 0 moved beyond noise, 0 moved within noise" not in moved
     assert moved.index("## Machines") < moved.index("## Numbers")
+
+
+def test_compare_names_a_plugins_code_change_as_a_cause():
+    """Two runs of one plugin release whose model.py differs (an installed plugin edited in place): the line names
+    the method, the file and the state against the distribution's RECORD; the same code reads the same."""
+    from dear.compare import inputs_differ
+
+    def record(fingerprint: str, installed: str) -> dict:
+        plugin = {"method": "vpt_deep", "distribution": "dear-vpt-deep", "version": "0.1.0", "installed": installed,
+                  "code_files": {"dear_vpt_deep/__init__.py": "a1", "dear_vpt_deep/model.py": fingerprint}}
+        return {"params": {}, "models": [], "code": [], "data": {}, "versions": [], "devices": [], "plugins": [plugin]}
+
+    lines = inputs_differ(record("b2", "as installed"), record("c3", "edited since installed"))
+    assert "- **plugin code** of vpt_deep (dear-vpt-deep 0.1.0): dear_vpt_deep/model.py differs (run B's files: " \
+           "edited since installed); a cause of what moved for this method" in lines
+    assert "- **plugin code**: the same" in inputs_differ(record("b2", "as installed"), record("b2", "as installed"))

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dear import jobs
+from dear import codegraph, jobs
 from dear.errors import DearError
 from dear.methods import RESERVED, available, entry, model_class, names
 from dear.params import load_params
 from tests import fake_run
-from tests.plugins import installed_plugin
+from tests.plugins import installed_plugin, write_plugin
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,11 +100,20 @@ def test_dear_recipe_shows_a_plugins_values_and_sources(tmp_path):
 def test_a_run_records_the_plugins_distribution_and_version(tmp_path):
     from dear.cli import job_record
 
+    args = {"dataset": "world_objects", "classes": "base"}
     with installed_plugin(tmp_path / "site", "my_adapter", trains=True, version="2.3.1") as name:
         params = load_params(params_with(tmp_path / "params.yaml", ["zeroshot", name]))
-        record = job_record("train", params, {"method": name, "dataset": "world_objects", "classes": "base"})
-    assert record["plugin"] == {"method": name, "distribution": "my-adapter", "version": "2.3.1",
-                                "entry_point": "my_adapter:METHOD", "contract": 1}
+        record = job_record("train", params, {"method": name, **args})["plugin"]
+        files = {key: value for key, value in code("train", name).files.items() if key.startswith("my_adapter/")}
+        edit(tmp_path / "site/my_adapter/model.py", "[:, 0]", "[:, 0] * 1.0")
+        jobs.code.cache_clear()
+        edited = job_record("train", params, {"method": name, **args})["plugin"]
+    assert record == {"method": name, "distribution": "my-adapter", "version": "2.3.1",
+                      "entry_point": "my_adapter:METHOD", "contract": 1, "code_files": files,
+                      "code_sha256": codegraph.fingerprint(files), "installed": "as installed", "edited": []}
+    assert sorted(files) == ["my_adapter/__init__.py", "my_adapter/model.py", "my_adapter/recipe.yaml"]
+    assert edited["installed"] == "edited since installed" and edited["edited"] == ["my_adapter/model.py"]
+    assert edited["code_sha256"] != record["code_sha256"] and edited["version"] == "2.3.1"
     assert "plugin" not in job_record("train", params, {"method": "coop", "dataset": "world_objects",
                                                         "classes": "base"})
 
@@ -130,3 +139,81 @@ def test_the_page_lists_every_name_of_the_contract_and_every_hook():
     hooks = {name for name, value in vars(MethodModel).items()
              if not name.startswith("_") and (callable(value) or isinstance(value, property))} - machinery
     assert shown == hooks | {"fit"}  # fit: only a method that sets fits_features defines it (the base has none)
+
+
+DEEP_BUILD = '''
+    def build(self, roles):
+        from dear.contract import check_layer
+
+        self.depth = check_layer(12, self.vision.layers, "prompt_depth_vision")
+'''
+
+
+def test_a_layer_outside_the_tower_is_named_under_the_plugins_own_recipe_without_a_null_it_does_not_take(tmp_path):
+    from dear.methods import create
+    from dear.methods.base import LayerError, check_layer
+    from tests.tiny_clip import tiny_clip
+
+    with installed_plugin(tmp_path / "site", "my_deep", model_body=DEEP_BUILD) as name:
+        params = load_params(params_with(tmp_path / "params.yaml", ["zeroshot", name]))
+        recipe = params.train.recipe(name, "world_objects", "base_to_novel")
+        backbone = type("Backbone", (), {"model": tiny_clip(layers=3), "tokenizer": None})
+        with pytest.raises(LayerError) as raised:
+            create(name, backbone, recipe)
+    assert str(raised.value) == ("recipe: prompt_depth_vision = 12 is outside this backbone's layers 1..3; set "
+                                 "train.recipes.my_deep.prompt_depth_vision in 1..3")
+    assert (raised.value.key, raised.value.layers) == ("prompt_depth_vision", 3)
+    with pytest.raises(DearError, match=r"set train.recipes.dear.start_layer in 1..2, or null for its default$"):
+        check_layer(5, 2, "start_layer", method="dear", nullable=True)
+
+
+def test_a_plugin_shadowed_by_a_folder_of_its_name_is_refused_with_the_likely_cause(tmp_path, monkeypatch):
+    """A flat `name/name/` package seen from its parent folder: Python imports the outer folder (no __init__.py)."""
+    from dear.methods import plugins
+    from tests.plugins import fresh_discovery
+
+    write_plugin(tmp_path / "site", "shadowed_method")
+    (tmp_path / "site" / "shadowed_method" / "__init__.py").unlink()  # what the outer folder of a flat layout is
+    fresh_discovery(monkeypatch, tmp_path / "site")
+    (broken,) = [item for item in plugins.discovered() if item.name == "shadowed_method"]
+    assert "has no attribute 'METHOD'" in broken.problem
+    assert f"likely cause: Python imported the folder {tmp_path / 'site' / 'shadowed_method'} (no __init__.py)" \
+        in broken.problem and "src layout (src/shadowed_method/" in broken.problem
+
+
+def test_new_method_writes_the_src_layout(tmp_path):
+    from dear import scaffold
+
+    written = scaffold.run("my_method", tmp_path / "my-method")
+    assert sorted(str(path.relative_to(tmp_path / "my-method")) for path in written) == \
+        ["pyproject.toml", "src/my_method/__init__.py", "src/my_method/model.py", "src/my_method/recipe.yaml",
+         "tests/test_my_method.py"]
+    assert 'package-dir = {"" = "src"}' in (tmp_path / "my-method" / "pyproject.toml").read_text()
+
+
+def test_the_page_documents_each_tower_function_with_its_real_arguments_and_the_internals_that_exist():
+    """docs/your-method.md#the-towers: each `towers.f(args)` heading is the function's signature (names, order and
+    defaults), every function the contract table lists for `towers` has one, and the internals table names
+    functions of dear.model.internals."""
+    import inspect
+    import re
+
+    from dear.methods import towers
+    from dear.model import internals
+
+    page = (ROOT / "docs" / "your-method.md").read_text()
+    section = page.partition("\n## The towers\n")[2].partition("\n## ")[0]
+    headings = re.findall(r"^### `towers\.(\w+)\((.*)\)`$", section, flags=re.M)
+    for name, arguments in headings:
+        real = [str(p).split(":")[0].strip() + (f"={p.default!r}" if p.default is not p.empty else "")
+                for p in inspect.signature(getattr(towers, name)).parameters.values()]
+        assert [a.strip() for a in arguments.split(",")] == real, name
+    contract_row = next(line for line in page.splitlines() if line.startswith("| `towers` |"))
+    listed = set(re.findall(r"`(\w+)`", contract_row.split("|")[2])) - {"compose"}  # run_text's argument
+    assert {name for name, _ in headings} == listed
+    table = section.partition("### `internals`")[2]
+    named = set(re.findall(r"`(\w+)[(`]", "".join(line.split("|")[1] for line in table.splitlines()
+                                                  if line.startswith("| `"))))
+    assert named and all(hasattr(internals, name) for name in named), sorted(n for n in named
+                                                                              if not hasattr(internals, n))
+    assert "**and `ln_pre`**" in section and "frozen_depth" in section

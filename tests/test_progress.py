@@ -78,3 +78,12 @@ def test_a_short_loop_logs_nothing_and_a_fast_one_with_a_unit_says_it(fake_clock
 
 def test_durations_read_as_a_person_writes_them():
     assert [progress.duration(s) for s in (4.4, 200, 7500)] == ["4 s", "3 min 20 s", "2 h 05 min"]
+
+
+def test_a_slow_loop_names_one_of_its_units_in_the_singular(fake_clock, caplog):
+    caplog.set_level(logging.INFO, logger="dear.progress")
+    for _ in progress.track(range(4), "evaluate: world_objects_sketch all", unit="batches"):
+        fake_clock[0] += 2.2
+    assert "4/4 batches in 9 s, 2.2 s per batch" in lines(caplog)[-1]
+    assert [progress.singular(unit) for unit in ("batches", "steps", "images", "passes", "s")] == \
+        ["batch", "step", "image", "pass", "s"]

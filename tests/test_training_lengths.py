@@ -136,6 +136,9 @@ def test_a_short_run_warns_in_its_log_and_in_the_report(tmp_path):
     assert note.startswith(f"**Short training.** These runs took fewer than {FEWEST_STEPS} optimizer steps")
     assert f"coop on world_objects (base-to-novel): {model['steps']} steps (seed 1), {model['steps']} steps (seed 2)" \
         in note and "zeroshot" not in note
+    assert "Raise their epochs (`train.recipes.coop.epochs`)" in note  # the method named, no placeholder
+    (note,) = short_runs([model, {**model, "method": "dear_nomask"}])
+    assert "(`train.recipes.coop.epochs`, `train.recipes.dear.epochs`)" in note  # dear_nomask reads dear's recipe
     assert short_runs([{**model, "steps": FEWEST_STEPS}]) == []
 
 

@@ -198,28 +198,41 @@ def demo_2026_text(root: Path) -> str:
     return _written(root, DEMO_2026_HEADER, lambda demo: with_2026_methods(_changed(demo, DEMO_2026)))
 
 
-# --- examples/clip-adapter/smoke.yaml: the smoke study with the example's plugin method (docs/your-method.md) --------
+# --- examples/<package>/smoke.yaml: the smoke study with an example's plugin method (docs/your-method.md) ----------
 
-EXAMPLE_SMOKE_PATH = "examples/clip-adapter/smoke.yaml"
-EXAMPLE_SMOKE = {  # dotted key: its value; every other key is the smoke study's
-    "output_root": "clip-adapter-smoke",
-    "data.root": "clip-adapter-smoke/world",
-    "study.methods": ["zeroshot", "coop", "clip_adapter"],  # the report's methods and its compare (the last that trains): the study's
+EXAMPLES = {  # package folder under examples/: its method, its name in words, its keys for the 2-layer smoke towers
+    "clip-adapter": ("clip_adapter", "CLIP-Adapter", {}),
+    "vpt-deep": ("vpt_deep", "VPT-deep", {"prompt_depth_vision": 2}),  # its 12 layers of ViT-B/16: 2 here
 }
 EXAMPLE_SMOKE_HEADER = """\
-# The smoke study (configs/smoke.yaml) with CLIP-Adapter, the method of the package examples/clip-adapter, beside
+# The smoke study (configs/smoke.yaml) with {title}, the method of the package examples/{folder}, beside
 # zero-shot CLIP and CoOp: docs/your-method.md runs it. Install the package first (pip install -e
-# examples/clip-adapter), then, outputs in clip-adapter-smoke/ (its numbers mean nothing, as the smoke study's):
-#   snakemake --cores 2 --configfile examples/clip-adapter/smoke.yaml
-#   python workflow/scripts/dvc_study.py examples/clip-adapter/smoke.yaml && dvc repro clip-adapter-smoke/dvc.yaml
-# Written by `python -m dear.docs` from params.yaml and dear/docs/smoke.py (EXAMPLE_SMOKE): edit those, not this file.
+# examples/{folder}), then, outputs in {folder}-smoke/ (its numbers mean nothing, as the smoke study's):
+#   snakemake --cores 2 --configfile examples/{folder}/smoke.yaml
+#   python workflow/scripts/dvc_study.py examples/{folder}/smoke.yaml && dvc repro {folder}-smoke/dvc.yaml
+# A copy for a method of your own is yours to edit: name your method in study.methods, give the copy its own
+# output_root and data.root, and set your recipe's layer keys for the smoke backbone's 2 layers a tower (a depth
+# of 12 for ViT-B/16 is 2 here: train.recipes.vpt_deep.prompt_depth_vision: 2 in examples/vpt-deep/smoke.yaml;
+# `dear check` names any that does not fit). In dear's repository this file is written by `python -m dear.docs`
+# from params.yaml and dear/docs/smoke.py (EXAMPLES).
 """
 
 
-def example_smoke_text(root: Path) -> str:
-    """examples/clip-adapter/smoke.yaml as `python -m dear.docs` writes it."""
-    return _written(root, EXAMPLE_SMOKE_HEADER, lambda demo: _changed(smoke_params(demo), EXAMPLE_SMOKE))
+def example_smoke_text(folder: str):
+    """examples/<folder>/smoke.yaml as `python -m dear.docs` writes it: the smoke study with the example's method."""
+    method, title, keys = EXAMPLES[folder]
+    changes = {"output_root": f"{folder}-smoke", "data.root": f"{folder}-smoke/world",
+               "study.methods": ["zeroshot", "coop", method]}  # the report's methods and compare: the study's
+
+    def with_method(demo: dict) -> dict:
+        raw = _changed(smoke_params(demo), changes)
+        if keys:
+            raw["train"]["recipes"][method] = dict(keys)
+        return raw
+
+    return lambda root: _written(root, EXAMPLE_SMOKE_HEADER.format(title=title, folder=folder), with_method)
 
 
 GENERATED = {PATH: smoke_text, DEMO_FEWSHOT_PATH: demo_fewshot_text,  # the configs `python -m dear.docs` writes
-             DEMO_2026_PATH: demo_2026_text, EXAMPLE_SMOKE_PATH: example_smoke_text}
+             DEMO_2026_PATH: demo_2026_text,
+             **{f"examples/{folder}/smoke.yaml": example_smoke_text(folder) for folder in EXAMPLES}}

@@ -25,6 +25,7 @@ CLS), E embedding width, D tower width.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -35,6 +36,9 @@ from torch import nn
 from dear.errors import DearError
 from dear.methods.recipe import Recipe
 from dear.model import internals as oc
+
+
+_BUILDING: ContextVar[str | None] = ContextVar("dear_method_building", default=None)  # the method whose build runs
 
 
 @dataclass
@@ -62,9 +66,13 @@ class MethodModel(nn.Module):
         self.vision, self.text = oc.vision_tower(clip), oc.text_tower(clip)
         self.fade = 1.0  # the tokens' fade-in weight (token methods; 1 = off), saved with the learnable state
         self._cache: dict = {}
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            self.build(roles)
+        building = _BUILDING.set(recipe.recipe)  # check_layer names the key under train.recipes.<recipe file>
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                self.build(roles)
+        finally:
+            _BUILDING.reset(building)
 
     def build(self, roles) -> None:
         """Create the learnable parts (under the run's seed: the same init on every run)."""
@@ -83,6 +91,11 @@ class MethodModel(nn.Module):
         for block in self.vision.blocks[: self.frozen_depth]:
             x = oc.block_forward(block, x)
         return x
+
+    def zero_effect(self) -> bool:
+        """Set every learnable tensor to a value that leaves zero-shot CLIP's features as they are, and say True;
+        False (the default): the method has no such values. The testing kit then checks the features are CLIP's."""
+        return False
 
     def encode(self, prefix: torch.Tensor) -> torch.Tensor:
         """Stream features [B, S+1, E], normalized, from the frozen prefix (stream 0: CLS)."""
@@ -255,11 +268,26 @@ class MethodModel(nn.Module):
         self.load_extra_state(extra)
 
 
-def check_layer(layer: int, layers: int, key: str) -> int:
-    """A 1-based layer of a tower with `layers` blocks, or a one-line error naming the recipe key."""
+class LayerError(DearError):
+    """A recipe value naming a layer outside the tower: the key and the tower's depth travel with the line (the
+    testing kit names the key to set for its two-layer backbone)."""
+
+    def __init__(self, message: str, key: str, layers: int):
+        super().__init__(message)
+        self.key, self.layers = key, layers
+
+
+def check_layer(layer: int, layers: int, key: str, method: str | None = None, nullable: bool = False) -> int:
+    """A 1-based layer of a tower with `layers` blocks, or a one-line error naming the recipe key.
+
+    `method`: whose recipe it is (default: the method whose `build` is running); `nullable`: the key takes null
+    (a default from the tower's depth), so the error offers it.
+    """
     if not 1 <= layer <= layers:
-        raise DearError(f"recipe: {key} = {layer} is outside this backbone's layers 1..{layers}; "
-                        f"set train.recipes.<method>.{key} in range (or null)")
+        method = method or _BUILDING.get()
+        key_path = f"train.recipes.{method}.{key}" if method else key
+        raise LayerError(f"recipe: {key} = {layer} is outside this backbone's layers 1..{layers}; set {key_path} "
+                         f"in 1..{layers}" + (", or null for its default" if nullable else ""), key, layers)
     return layer
 
 

@@ -51,9 +51,10 @@ class DeAR(MMRL):
             raise DearError(f"--roles: method {self.name} needs the roles table from `dear profile`")
         self.roles = roles if self.masked else None
         self.concepts = list(r.concepts[:K])
-        self.start = check_layer(r.start_layer or default_start(self.vision.layers), self.vision.layers, "start_layer")
+        self.start = check_layer(r.start_layer or default_start(self.vision.layers), self.vision.layers, "start_layer",
+                                 nullable=True)
         self.text_start = check_layer(r.text_start_layer or default_start(self.text.layers), self.text.layers,
-                                      "text_start_layer")
+                                      "text_start_layer", nullable=True)
         rows = max(K, N)
         self.bank = nn.Parameter(torch.randn(rows, r.rep_dim) * r.init_std) if rows else None  # R [rows, d_r]
         self.vision_aligners = nn.ModuleList(nn.Linear(r.rep_dim, self.vision.width)

@@ -67,7 +67,7 @@ def resolve(recipe: str, values: dict, depth: dict[str, int | None]) -> list[Res
     """Every layer key of `recipe` with its `values`, on towers of `depth` layers ({'image': L, 'text': L'};
     a tower whose depth is unknown is left out)."""
     found = []
-    for spec in KEYS.get(recipe, ()):
+    for spec in KEYS.get(recipe) or declared(recipe):
         if spec.key not in values:
             continue
         known = {tower: depth[tower] for tower in spec.towers if isinstance(depth.get(tower), int)}
@@ -77,6 +77,17 @@ def resolve(recipe: str, values: dict, depth: dict[str, int | None]) -> list[Res
         found.append(Resolved(spec.key, value, {t: _layers(spec, value, n) for t, n in known.items()}, known,
                               _problem(spec, value, known)))
     return found
+
+
+def declared(recipe: str) -> tuple[LayerKey, ...]:
+    """The layer keys a recipe file declares itself (`layers:` of a key: a plugin's), none when it does not load."""
+    from dear.errors import DearError
+    from dear.methods.recipe import load
+
+    try:
+        return tuple(key.layers for key in load(recipe).keys.values() if key.layers is not None)
+    except DearError:
+        return ()  # a broken recipe file: its own line says why
 
 
 def _layers(spec: LayerKey, value: int | None, depth: int) -> range:

@@ -120,7 +120,7 @@ def discovered() -> tuple[Plugin | Broken, ...]:
             declared = point.load()
         except Exception as error:  # the plugin's own code: any failure is its problem, reported in one line
             found.append(Broken(point.name, f"{where}: cannot be imported ({type(error).__name__}: {error}); "
-                                            f"fix the package or {uninstall}"))
+                                            + (shadowed(point.module) or f"fix the package or {uninstall}")))
             continue
         if not isinstance(declared, Method):
             found.append(Broken(point.name, f"{where}: names a {type(declared).__name__}, not a "
@@ -128,6 +128,57 @@ def discovered() -> tuple[Plugin | Broken, ...]:
             continue
         found.append(Plugin(point.name, declared, point.value, distribution, version))
     return tuple(found)
+
+
+def shadowed(module: str) -> str | None:
+    """Why a plugin's module may have come from the wrong place: a folder of its name without __init__.py (a
+    namespace package), found on sys.path before the installed package, as a flat `name/name/` package is seen
+    from its parent folder under an editable install. The cure, or None when the module is a regular one."""
+    try:
+        spec = importlib.util.find_spec(module.split(".")[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin not in (None, "namespace") or not spec.submodule_search_locations:
+        return None
+    folders = ", ".join(str(folder) for folder in spec.submodule_search_locations)
+    return (f"likely cause: Python imported the folder {folders} (no __init__.py) instead of the installed package; "
+            f"start Python in another folder, or move the package to the src layout (src/{module.split('.')[0]}/, "
+            "as `dear new-method` writes it) and reinstall it")
+
+
+def code_record(plugin: Plugin, counted: dict[str, str]) -> dict:
+    """What a run records of a plugin's code: the fingerprint of each of its files a job counted (dear.jobs.code),
+    one sha256 over them, and whether those files are still the installed distribution's (its RECORD's sha256):
+    `as installed`, `edited since installed` (naming the files), or `not in its RECORD` (an editable install: its files
+    are a source tree, which RECORD does not list). The tree state of `dear`'s own checkout says nothing of these."""
+    from dear import codegraph
+
+    tops = {plugin.module.split(".")[0], plugin.target.partition(":")[0].split(".")[0]}
+    files = {key: value for key, value in sorted(counted.items()) if key.split("/")[0].removesuffix(".py") in tops}
+    return {"code_sha256": codegraph.fingerprint(files), "code_files": files,
+            **against_record(plugin.distribution, list(files))}
+
+
+def against_record(distribution: str, keys: list[str]) -> dict:
+    """{"installed": state, "edited": [files]} of code keys (package/file.py) against the distribution's RECORD."""
+    import base64
+    import hashlib
+
+    from dear import codegraph
+
+    try:
+        listed = {str(path): path for path in importlib.metadata.distribution(distribution).files or [] if path.hash}
+    except importlib.metadata.PackageNotFoundError:
+        return {"installed": "unknown: the distribution is not installed"}
+    if not keys or any(key not in listed for key in keys):
+        return {"installed": "not in its RECORD (an editable install: a source tree, which RECORD does not list)"}
+
+    def sha(key: str) -> str:
+        digest = hashlib.sha256(codegraph.key_path(key).read_bytes()).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+    edited = [key for key in keys if listed[key].hash.mode != "sha256" or sha(key) != listed[key].hash.value]
+    return {"installed": "edited since installed" if edited else "as installed", "edited": edited}
 
 
 def clear() -> None:

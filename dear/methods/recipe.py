@@ -65,6 +65,7 @@ class Key:
     name: str
     type: str  # int | float | str | bool, '?' suffix = may be null, 'float[2]', 'str[]', 'a|b|c' (choices)
     help: str
+    layers: Any = None  # a dear.methods.layers.LayerKey when the value names layers of a tower (`dear check` fits it)
 
     def check(self, value: Any) -> str | None:
         """None when `value` fits the type, else what was expected."""
@@ -154,11 +155,13 @@ def _layers(raw: list, path: Path, keys: dict[str, Key]) -> tuple[Layer, ...]:
         if kind not in KINDS or unknown:
             raise DearError(f"{path}: layer from {item['source']!r}: "
                             + (f"unknown keys {unknown}; declare each under `keys:` with its type and help, or fix "
-                               "its spelling" if unknown else f"kind {kind!r} is not one of {KINDS}"))
+                               f"its spelling{_close(unknown[0], keys)}" if unknown
+                               else f"kind {kind!r} is not one of {KINDS}"))
         for name, value in item["values"].items():
             problem = keys[name].check(value)
             if problem:
-                raise DearError(f"{path}: {name} = {value!r} from {item['source']!r} must be {problem}")
+                raise DearError(f"{path}: {name} = {value!r} from {item['source']!r} must be {problem}; write it as "
+                                f"such in this file, or change its type under `keys:`")
         layers.append(Layer(item["source"], kind, {k: keys[k].cast(v) for k, v in item["values"].items()}))
     return tuple(layers)
 
@@ -189,7 +192,8 @@ def _load(name: str, path: Path, mtime_ns: int) -> RecipeFile:
     raw = _read_yaml(path)
     base = load(raw["base"]) if raw.get("base") else None
     keys = dict(base.keys) if base else {}
-    keys.update({name: Key(name, spec["type"], spec["help"]) for name, spec in (raw.get("keys") or {}).items()})
+    keys.update({name: Key(name, spec["type"], spec["help"], _layer_key(name, spec, path))
+                 for name, spec in (raw.get("keys") or {}).items()})
     front = list(base.recipe) if base else []
     inherit = raw.get("inherit")
     if inherit:
@@ -220,6 +224,24 @@ def _load(name: str, path: Path, mtime_ns: int) -> RecipeFile:
                       transfer_datasets={ds: (*inherited_transfer_datasets.get(ds, ()),
                                               *_layers(transfer_datasets.get(ds), path, keys))
                                          for ds in {**inherited_transfer_datasets, **transfer_datasets}})
+
+
+def _layer_key(name: str, spec: dict, path: Path):
+    """A key's `layers: {towers: [image, text], meaning: depth | start, lowest: 1}`: its value names layers of those
+    towers (depth: layers 1..value hold the method's tokens; start: layers value..L), which `dear check` and the
+    testing kit fit to the backbone as they fit the built-in recipes' (dear.methods.layers)."""
+    from dear.methods.layers import LayerKey
+
+    declared = spec.get("layers")
+    if declared is None:
+        return None
+    given = declared if isinstance(declared, dict) else {}
+    towers, meaning, lowest = given.get("towers"), given.get("meaning"), given.get("lowest", 1)
+    if not (isinstance(towers, list) and towers and set(towers) <= {"image", "text"}
+            and meaning in ("depth", "start") and isinstance(lowest, int) and spec["type"].removesuffix("?") == "int"):
+        raise DearError(f"{path}: keys.{name}.layers: write {{towers: [image] or [text] or [image, text], meaning: "
+                        f"depth or start, lowest: 1}} on a key of type int (got {declared!r} on type {spec['type']})")
+    return LayerKey(name, tuple(towers), meaning, lowest)
 
 
 def _transfer(raw, path: Path) -> tuple[list, dict]:
@@ -468,6 +490,8 @@ def problems(recipes: Any) -> list[str]:
     for owner, block in recipes.items():
         where = f"train.recipes.{owner}"
         if owner != SHARED and owner not in known_recipes(plugins=False) and owner not in known_recipes():
+            if any(item.name == owner for item in plugins.discovered()):
+                continue  # an installed plugin whose own files are broken: that problem is said first and alone
             found.append(f"{where}: no recipe named {owner!r}; use one of {', '.join([SHARED, *known_recipes()])}")
             continue
         names = known_recipes(plugins=False) if owner == SHARED else [owner]

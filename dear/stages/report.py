@@ -208,9 +208,20 @@ def short_runs(models: list[dict]) -> list[str]:
         f"{method} on {dataset} ({protocol}{'' if shots is None else f', {shots} shots'}): "
         + ", ".join(f"{steps} steps (seed {seed})" for seed, steps in sorted(found, key=lambda item: str(item[0])))
         for (method, dataset, protocol, shots), found in sorted(runs.items(), key=str))
+    keys = ", ".join(f"`train.recipes.{name}.epochs`" for name in sorted({_recipe_of(method) for method, *_ in runs}))
     return [f"**Short training.** These runs took fewer than {FEWEST_STEPS} optimizer steps, the shortest "
             f"base-to-novel run of the baselines' authors, and may have learned little: {shown}. Raise their epochs "
-            "(`train.recipes.<method>.epochs`) or `min_steps` (docs/your-data.md#training-lengths)."]
+            f"({keys}) or `min_steps` (docs/your-data.md#training-lengths)."]
+
+
+def _recipe_of(method: str) -> str:
+    """The recipe a method's runs read under train.recipes (dear_nomask: dear's); the method's name if unknown."""
+    from dear.methods import entry
+
+    try:
+        return entry(method).recipe
+    except DearError:
+        return method
 
 
 def read_heatmaps(paths: list[Path]) -> dict[str, bytes]:

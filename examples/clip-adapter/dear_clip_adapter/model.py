@@ -30,6 +30,13 @@ class CLIPAdapter(MethodModel):
         self.adapter = nn.Sequential(nn.Linear(width, hidden, bias=False), nn.ReLU(),
                                      nn.Linear(hidden, width, bias=False), nn.ReLU())
 
+    @torch.no_grad()
+    def zero_effect(self) -> bool:
+        """Zero weights: the adapter gives ReLU(0) = 0, the feature 0.8 f, CLIP's once normalized."""
+        for layer in (self.adapter[0], self.adapter[2]):
+            layer.weight.zero_()
+        return True
+
     def encode(self, prefix: torch.Tensor) -> torch.Tensor:
         """[B, 1+N, D] frozen prefix -> [B, 1, E]: the adapted image feature, normalized (one stream)."""
         embedding = self.frozen_embedding(prefix)  # [B, E], no gradient: the image tower is frozen
