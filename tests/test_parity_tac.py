@@ -35,7 +35,8 @@ from tests.tiny_clip import tiny_clip
 BASE = ["sea_lion", "golden_retriever", "red car"]
 NOVEL = ["tree", "hot_dog"]
 TOL = dict(rtol=1e-4, atol=1e-5)
-TINY = dict(vision_depth=3, text_depth=2, n_ctx=2, n_ctx_vision=3, clusters=2)  # 3 image, 2 text layers; 16 positions
+TINY = dict(vision_depth=3, text_depth=2, n_ctx=2, n_ctx_vision=3, clusters=2,  # 3 image, 2 text layers; 16 positions
+            descriptions="templates")
 
 
 @pytest.fixture(scope="module")
@@ -302,8 +303,14 @@ THEIRS = {  # train.py extend_cfg, then configs/trainers/TAC/<file>.yaml, over D
                       "optimizer": "sgd", "lr": 0.0025, "epochs": 20, "schedule": "cosine", "warmup_epochs": 1,
                       "warmup_lr": 1e-5, "n_ctx_vision": 5, "n_ctx": 5, "ctx_init": "a photo of a",
                       "precision": "fp16", "vision_depth": 12, "text_depth": 12, "text_loss_weight": 20.0,
-                      "image_loss_weight": 25.0, "clusters": 5, "feature_dropout": 0.3},
+                      "image_loss_weight": 25.0, "clusters": 5, "feature_dropout": 0.3, "k_transforms": 4,
+                      "return_img0": True},
 }
+FILES = {  # trainers/tac.py dataset_name_mapping: the descriptions file of each dataset
+    "imagenet": "imagenet", "caltech-101": "caltech", "oxford_pets": "oxford_pets", "stanford_cars": "stanford_cars",
+    "oxford_flowers": "oxford_flowers", "food-101": "food101", "fgvc_aircraft": "fgvc", "sun397": "sun397",
+    "dtd": "dtd", "eurosat": "eurosat", "ucf101": "ucf101"}
+OURS = ("templates", "descriptions_dir")  # the option's texts and where their files are fetched to
 THEIRS["transfer"] = {**THEIRS["base_to_novel"], "crop_scale": [0.8, 1.0], "epochs": 5, "n_ctx_vision": 10,
                       "n_ctx": 10}
 
@@ -318,17 +325,32 @@ def test_learning_rate_of_every_epoch_is_dassls(protocol, epochs):
 
 
 def test_the_paper_config_trains_tac_exactly_as_their_configs():
-    """One config for every dataset (base2new_train.sh: CFG basetonovel; xd_train.sh: crossdatasets); the class
-    descriptions are ours (their descriptions/<dataset>_prompt.json is not in their repository)."""
+    """One config for every dataset (base2new_train.sh: CFG basetonovel; xd_train.sh: crossdatasets), their 4 views
+    and img0, and each dataset's own descriptions file; ours: only the templates option and where files go."""
     params = load_params(PAPER)
     assert params.train.recipes == {} and "tac" in params.study.methods
     jobs = [(d, "base_to_novel") for d in params.study.base_to_novel] + [(params.study.transfer.source, "transfer")]
     for dataset, protocol in jobs:
         run = params.train.recipe("tac", dataset, protocol)
-        values = {key: value for key, value in run.values.items() if key != "templates"}
-        assert values == THEIRS[protocol], (dataset, protocol)
-        assert all(s.kind == "authors" for k, s in run.settings.items() if k != "templates"), (dataset, protocol)
-        assert run.settings["templates"].kind == "ours" and len(run.templates) == 60
+        values = {key: value for key, value in run.values.items() if key not in OURS}
+        assert values == {**THEIRS[protocol], "descriptions": f"{FILES[dataset]}_prompt.json"}, (dataset, protocol)
+        assert all(s.kind == "authors" for k, s in run.settings.items() if k not in OURS), (dataset, protocol)
+        assert all(run.settings[key].kind == "ours" for key in OURS) and len(run.templates) == 60
+
+
+def test_their_descriptions_file_gives_their_fixed_embeddings(clip, tmp_path):
+    """A file of their format written here ({class name as the prompt writes it: [texts]}, counts differing per
+    class): per class the mean of its texts' unnormalized features, normalized ("sea_lion" -> "sea lion")."""
+    import json
+
+    texts = {"sea lion": ["A sea lion has flippers.", "a photo of a sea lion."], "golden retriever": ["A dog."],
+             "red car": ["A red car on a road.", "a car", "itap of a red car."], "unused": ["never read"]}
+    path = tmp_path / "toy_prompt.json"
+    path.write_text(json.dumps(texts))
+    ours = build(clip, descriptions=str(path))
+    expected = their_fixed_embeddings(clip, BASE, lambda name: texts[name])
+    torch.testing.assert_close(ours.descriptions(BASE), expected, **TOL)
+    assert not torch.allclose(build(clip).descriptions(BASE), expected, atol=1e-3)  # not the templates option
 
 
 def test_the_recipe_file_names_their_commit_in_every_authors_source():
