@@ -126,6 +126,14 @@ def test_the_training_step_benchmark_takes_each_method_s_few_shot_recipe():
     assert run[16]["tip_adapter_f"]["trainable"] == bench.CACHE_SHOTS * 4 * 64  # the cache keys: 16 shots x 4 classes x 64
 
 
+
+def test_the_training_step_benchmark_steps_tac_on_its_views_beside_one_view():
+    bench = _script("train_step")
+    result = bench.interleaved("dear-world-tiny", classes=4, batch=2, rounds=1, warmup=0, device="cpu",
+                               methods=["tac"], changes=bench.recipe_changes(TINY_DEPTHS), views=4)
+    assert {"tac", "tac@4", "coop"} == result.keys() - {"threads"}
+    assert result["tac@4"]["trainable"] == result["tac"]["trainable"] and result["tac@4"]["median_s"] > 0
+
 # A stand-in for MaxZanella/CLIP-LoRA's loralib with its interface (apply_lora walking the towers' resblocks,
 # q_proj/k_proj/v_proj carrying w_lora_A [r, D] and w_lora_B [D, r], scaling alpha / sqrt(r)), for the harness only:
 # the real one is the authors' checkout given to benchmarks/authors_step.py.
