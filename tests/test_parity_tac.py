@@ -36,7 +36,7 @@ BASE = ["sea_lion", "golden_retriever", "red car"]
 NOVEL = ["tree", "hot_dog"]
 TOL = dict(rtol=1e-4, atol=1e-5)
 TINY = dict(vision_depth=3, text_depth=2, n_ctx=2, n_ctx_vision=3, clusters=2,  # 3 image, 2 text layers; 16 positions
-            descriptions="templates")
+            descriptions="templates", k_transforms=1, return_img0=False)  # one view: the trainer gives each its own
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +175,30 @@ def test_tac_matches_their_code_on_a_batch(clip, batch, mode):
             mine = ours.logits(ours.encode(ours.image_prefix(images)), classes)
             torch.testing.assert_close(ours.output(mine, ours.alpha, classes is BASE, "cls"),
                                        their_forward(clip, theirs, ours.centres, classes, images)[0], **TOL)
+
+
+def test_k_views_and_img0_are_their_forward_backward(clip, batch):
+    """Their parse_batch_train and forward_backward at K_TRANSFORMS 2, RETURN_IMG0: the views view-major, the labels
+    repeated, the zero-shot feature of img0 dropped out once per image and then .repeat(k_transforms, 1)."""
+    images, labels = batch
+    views = torch.cat([images, images.flip(-1)])  # torch.cat(batch["img"]): view 0 of every image, then view 1
+    img0 = images.roll(1, dims=-2)
+    ours = build(clip, k_transforms=2, return_img0=True)
+    ours.cluster(BASE)
+    theirs = theirs_from(ours)
+    ours.train()
+    frozen = ours.frozen_image(ours.image_prefix(img0)).repeat(2, 1)  # the trainer's (`Views`)
+    torch.manual_seed(4)
+    step = ours.step(ours.image_prefix(views), labels.repeat(2), BASE, frozen)
+    torch.manual_seed(4)
+    ctx, vpt, text_deep, topk_t_layer, topk_v_layer = theirs
+    text = norm(their_text(clip, ctx, topk_t_layer(ours.centres), text_deep, BASE))
+    image = norm(F.dropout(their_image(clip, vpt, topk_v_layer(ours.centres), views), 0.3))
+    zero_shot = norm(F.dropout(clip.encode_image(img0), 0.3)).repeat(2, 1)  # ZS_image_encoder(img_o), then repeat
+    fixed = their_fixed_embeddings(clip, BASE, lambda name: [t.format(name) for t in ours.recipe.templates])
+    *_, loss = their_loss(clip.logit_scale.exp() * image @ text.t(), text, image, zero_shot, fixed, labels.repeat(2))
+    torch.testing.assert_close(step.total, loss, **TOL)
+    torch.testing.assert_close(25.0 * step.terms["img"], F.l1_loss(image, zero_shot) * 25, **TOL)
 
 
 def test_the_description_features_are_their_fixed_embeddings(clip):

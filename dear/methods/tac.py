@@ -179,7 +179,10 @@ class TAC(MethodModel):
         p = self.recipe.feature_dropout if self.training else 0.0
         image = _dropped(self.encode(prefix)[:, 0].float(), p)  # [B, E]
         zero_shot = (frozen_image if frozen_image is not None else self.frozen_image(prefix)).float()
-        zero_shot = _dropped(zero_shot, p)  # their ZS_image_encoder is the same VisionTransformer, in train mode
+        k = self.recipe.get("k_transforms", 1) if frozen_image is not None and self.recipe.get("return_img0") else 1
+        # their ZS_image_encoder (the same VisionTransformer, in train mode) drops out img0's feature once per
+        # image, then .repeat(k_transforms, 1): one mask for the k views of an image
+        zero_shot = _dropped(zero_shot[:len(zero_shot) // k], p).repeat(k, 1)  # [B, E]
         text = self.text_features(classnames).float()  # [C, E]
         logits = self.logit_scale().float() * image @ text.t()  # [B, C]
         terms = {"ce": cross_entropy(logits, labels), "txt": F.l1_loss(text, self.descriptions(classnames)),
