@@ -98,6 +98,8 @@ class TAC(MethodModel):
             if path is None:
                 raise DearError(f"train.recipes.{self.recipe.recipe}.descriptions: none for {self.recipe.dataset}; "
                                 "`dear check` says what to set")
+            if not path.is_file():
+                raise DearError(descriptions.missing([self.recipe], "<your params file>")[0])
             texts = descriptions.read(path, classnames)  # [C] lists of texts
             return towers.text_list_features(self.clip, self.tokenizer, texts)
         return self.once(("descriptions", tuple(classnames)), features)
