@@ -4,6 +4,12 @@ dear holds none of the authors' code, so point this script at a checkout of thei
 
     python benchmarks/authors_step.py --clip-lora ~/src/CLIP-LoRA            # MaxZanella/CLIP-LoRA (its loralib/)
     python benchmarks/authors_step.py --clip-lora ~/src/CLIP-LoRA --arch dear-world --classes 10
+    python benchmarks/authors_step.py --tac ~/src/TAC --arch ViT-B-16-quickgelu --classes 10 --batch 2
+    python benchmarks/authors_step.py --tip-adapter-f ~/src/Tip-Adapter --arch dear-world --classes 10
+
+TAC and Tip-Adapter-F compare more than the cosines (`agreement`): TAC at init and after one step of their own
+TAC.forward_backward (description features, cosines, each loss term, every learnable tensor); Tip-Adapter-F through
+their run_tip_adapter_F (the keys after one step, every tip_logits their search_hp scores, its choice).
 
 One random-weight open_clip model is built twice from one seed: ours on one copy (`dear.methods.create`, the
 few-shot recipe at `--shots`, through `benchmarks/train_step.py`'s Bench), the authors' modules applied to the
@@ -381,6 +387,7 @@ class AuthorsTAC:
                 "loss_scl_image": ours.recipe.image_loss_weight * result.terms["img"].detach()}
         found.update({f"{name} at init": abs(terms[name] - float(mine[name])) for name in terms})
         found["first loss (theirs, ours)"] = (sum(terms.values()), float(result.total))
+        found["their first terms (ce, 20 L1 text, 25 L1 image)"] = tuple(round(v, 4) for v in terms.values())
         found["learnable tensors after one step"] = max(float((their.detach() - mine.detach()).abs().max())
                                                         for their, mine in self.pairs(ours))
         found["the step moves them"] = max(float((mine.detach() - was).abs().max())
