@@ -64,8 +64,7 @@ def source(recipe) -> Path | None:
 
 def is_authors(recipe) -> bool:
     """The recipe names one of the authors' files (fetched or read from a checkout), not a file of one's own."""
-    name = recipe.get("descriptions")
-    return name in DIGESTS
+    return recipe.get("descriptions") in DIGESTS
 
 
 def missing(recipes, params_file: str) -> list[str]:
