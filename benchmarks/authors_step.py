@@ -4,6 +4,12 @@ dear holds none of the authors' code, so point this script at a checkout of thei
 
     python benchmarks/authors_step.py --clip-lora ~/src/CLIP-LoRA            # MaxZanella/CLIP-LoRA (its loralib/)
     python benchmarks/authors_step.py --clip-lora ~/src/CLIP-LoRA --arch dear-world --classes 10
+    python benchmarks/authors_step.py --tac ~/src/TAC --arch ViT-B-16-quickgelu --classes 10 --batch 2
+    python benchmarks/authors_step.py --tip-adapter-f ~/src/Tip-Adapter --arch dear-world --classes 10
+
+TAC and Tip-Adapter-F compare more than the cosines (`agreement`): TAC at init and after one step of their own
+TAC.forward_backward (description features, cosines, each loss term, every learnable tensor); Tip-Adapter-F through
+their run_tip_adapter_F (the keys after one step, every tip_logits their search_hp scores, its choice).
 
 One random-weight open_clip model is built twice from one seed: ours on one copy (`dear.methods.create`, the
 few-shot recipe at `--shots`, through `benchmarks/train_step.py`'s Bench), the authors' modules applied to the
@@ -21,6 +27,7 @@ decay 1e-2, cosine schedule), fp32 on CPU as ours (their autocast is CUDA's).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import statistics
 import sys
@@ -221,6 +228,337 @@ class AuthorsMMRLpp:
                 "on, both)")
 
 
+class AuthorsTAC:
+    """FushengHao/TAC: trainers/tac.py's CustomCLIP (VLPromptLearner, TextEncoder) on clip/model.py's IVLP CLIP, and
+    TAC.forward_backward itself (its fp16/fp32 branch, Dassl's SGD) as its step, on EuroSAT's class names and their
+    descriptions/eurosat_prompt.json, 4 views of each image and img0."""
+
+    DATASET, FILE = "EuroSAT", "eurosat_prompt.json"  # Dassl's name (their dataset_name_mapping) and its file
+
+    @staticmethod
+    def changes(checkout: Path, arch: str) -> dict:
+        """Their basetonovel.yaml over ours's demo values: every layer prompted, 4 views and img0, their file."""
+        import open_clip
+
+        config = open_clip.get_model_config(arch) or {}
+        return {"tac": {"vision_depth": config.get("vision_cfg", {}).get("layers", 12), "n_ctx": 5, "n_ctx_vision": 5,
+                        "text_depth": config.get("text_cfg", {}).get("layers", 12), "k_transforms": 4, "clusters": 5,
+                        "return_img0": True, "epochs": 20, "warmup_epochs": 0,  # the peak lr, not the warm-up's
+                        # 1e-5, in both: a step that moves the tensors enough to check
+                        "descriptions": str(checkout / "descriptions" / AuthorsTAC.FILE)}}
+
+    def __init__(self, checkout: Path, arch: str, ours: Bench, steps: int):
+        import json
+        import os
+
+        import open_clip
+        import torch
+
+        if not (checkout / "trainers" / "tac.py").is_file():
+            sys.exit(f"{checkout}: no trainers/tac.py here; give a checkout of FushengHao/TAC")
+        _fresh_import(checkout)
+        _stub_dassl()
+        _stub_kmeans()
+        from clip import clip
+        from trainers import tac
+
+        recipe = ours.model.recipe
+        self.quick_gelu = (open_clip.get_model_config(arch) or {}).get("quick_gelu", False)
+        names = list(json.loads((checkout / "descriptions" / self.FILE).read_text()))[:len(ours.names)]
+        ours.names = ours.model.names = names  # the classes their file describes (also ours_cosines')
+        state = backbone(arch)[0].state_dict()
+
+        def load_clip_to_cpu(cfg, zero_shot_model=False):  # theirs reads OpenAI's file; the same weights, fp32
+            depth = (0, 0) if zero_shot_model else (recipe.vision_depth, recipe.text_depth)
+            design = {"trainer": "IVLP", "vision_depth": depth[0], "language_depth": depth[1],
+                      "vision_ctx": 0 if zero_shot_model else recipe.n_ctx_vision,
+                      "language_ctx": 0 if zero_shot_model else recipe.n_ctx}
+            model = clip.build_model(dict(state), design).float()  # build_model rounds to fp16: reload in fp32
+            model.load_state_dict(state, strict=False)
+            return model
+
+        tac.load_clip_to_cpu = load_clip_to_cpu
+        size = state["visual.conv1.weight"].shape[-1] * round((state["visual.positional_embedding"].shape[0] - 1) ** 0.5)
+        trainer = SimpleNamespace(N_CTX_VISION=recipe.n_ctx_vision, N_CTX_TEXT=recipe.n_ctx, CTX_INIT=recipe.ctx_init,
+                                  PREC="fp32", PROMPT_DEPTH_VISION=recipe.vision_depth,
+                                  PROMPT_DEPTH_TEXT=recipe.text_depth, TEXT_LOSS_WEIGHT=recipe.text_loss_weight,
+                                  IMAGE_LOSS_WEIGHT=recipe.image_loss_weight)  # PREC fp32: their CPU run; fp16's branch
+        cfg = SimpleNamespace(TRAINER=SimpleNamespace(TAC=trainer), INPUT=SimpleNamespace(SIZE=(size, size)),
+                              DATASET=SimpleNamespace(NAME=self.DATASET), OPTIM=SimpleNamespace(MAX_EPOCH=recipe.epochs),
+                              DATALOADER=SimpleNamespace(K_TRANSFORMS=recipe.k_transforms),
+                              MODEL=SimpleNamespace(BACKBONE=SimpleNamespace(NAME=arch)))
+        here = os.getcwd()
+        os.chdir(checkout)  # their VLPromptLearner opens ./descriptions/<dataset>_prompt.json
+        try:
+            with _cuda_is_cpu(), contextlib.redirect_stdout(sys.stderr):  # their prints, out of the table
+                self.model = tac.CustomCLIP(cfg, names, load_clip_to_cpu(cfg)).to(ours.device)
+        finally:
+            os.chdir(here)
+        self.model.VPT_topk_t.float(), self.model.VPT_topk_v.float()  # their .half(); on CPU fp32 as ours
+        for name, param in self.model.named_parameters():  # TAC.build_model's names_to_update
+            if "prompt_learner" not in name:
+                param.requires_grad_("VPT" in name)
+            elif "ZS_image_encoder" in name:
+                param.requires_grad_(False)
+        self.trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        self.lr = ours.loop.scheduler.get_last_lr()[0]  # the first step's (Dassl's constant warm-up)
+        self.optim = torch.optim.SGD([p for p in self.model.parameters() if p.requires_grad], lr=self.lr,
+                                     momentum=recipe.momentum, weight_decay=recipe.weight_decay)
+        self.trainer = SimpleNamespace(model=self.model, optim=self.optim, scaler=None, cfg=cfg, device=ours.device,
+                                       k_transforms=recipe.k_transforms, batch_idx=0, num_batches=2, step_counter=1)
+        self.trainer.parse_batch_train = functools.partial(tac.TAC.parse_batch_train, self.trainer)
+        views = ours.images  # `Views`: [k B] view-major, img0 [B]
+        self.batch = {"img": views.pixels, "label": ours.labels[:len(views.img0)], "img0": views.img0}
+        self.forward_backward = functools.partial(tac.TAC.forward_backward, self.trainer)
+        self.device = ours.device
+
+    def step(self) -> float:
+        _sync(self.device)
+        start = time.perf_counter()
+        with _cuda_is_cpu():
+            self.forward_backward(self.batch)
+        _sync(self.device)
+        return time.perf_counter() - start
+
+    def share_weights(self, ours) -> None:
+        """Ours's tensors into theirs; the prompts rounded to fp16 on both sides first (their blocks cast VPT and
+        VPT_shallow to half at every forward, whatever PREC), and ours's k-means centres as their topk."""
+        import torch
+
+        model = self.model
+        with torch.no_grad():
+            for tensor in (ours.vision_prompts, ours.text_prompts):
+                tensor.copy_(tensor.half().float())
+            model.prompt_learner.ctx.copy_(ours.context)
+            model.image_encoder.VPT.copy_(ours.vision_prompts[0])
+            blocks = model.image_encoder.transformer.resblocks
+            for layer in range(1, ours.vision_depth):
+                blocks[layer].VPT_shallow.copy_(ours.vision_prompts[layer])
+            blocks = model.text_encoder.transformer.resblocks
+            for layer in range(1, ours.text_depth):
+                blocks[layer].VPT_shallow.copy_(ours.text_prompts[layer - 1])
+            model.VPT_topk_t.load_state_dict(ours.cluster_text.state_dict())
+            model.VPT_topk_v.load_state_dict(ours.cluster_image.state_dict())
+            model.topk.data = ours.centres.clone()  # their prompt_learner.topk, the same tensor
+
+    def pairs(self, ours):
+        """(their tensor, ours) of every learnable tensor."""
+        model = self.model
+        vision = [model.image_encoder.VPT] + [model.image_encoder.transformer.resblocks[layer].VPT_shallow
+                                              for layer in range(1, ours.vision_depth)]
+        text = [model.text_encoder.transformer.resblocks[layer].VPT_shallow for layer in range(1, ours.text_depth)]
+        return [(model.prompt_learner.ctx, ours.context), (torch_stack(vision), ours.vision_prompts),
+                (torch_stack(text), ours.text_prompts), (model.VPT_topk_t.weight, ours.cluster_text.weight),
+                (model.VPT_topk_v.weight, ours.cluster_image.weight)]
+
+    def agreement(self, bench) -> dict:
+        """At init: the description features, the test cosines and each loss term with the same dropout draws; after
+        one step of each (their forward_backward, our trainer's step): every learnable tensor and the cosines."""
+        import torch
+        import torch.nn.functional as F
+
+        from dear.train.trainer import step_of_batch, update
+
+        ours, views = bench.model, bench.images
+        if not self.quick_gelu:  # their CLIP has OpenAI's QuickGELU, open_clip's ViT-B-16 GELU
+            raise SkipAgreement("activations differ: give --arch ViT-B-16-quickgelu, OpenAI's layout")
+        ours.cluster(bench.names)
+        self.share_weights(ours)
+        found = {"descriptions": (self.model.prompt_learner.fixed_embeddings - ours.descriptions(bench.names)).abs().max()}
+
+        def cosines():
+            with torch.no_grad():
+                self.model.eval(), ours.eval()
+                theirs = self.model(views.pixels.type(self.model.dtype)) / self.model.logit_scale.exp()
+                mine = ours.encode(ours.image_prefix(views.pixels))[:, 0] @ F.normalize(
+                    ours.compute_text_features(bench.names, None), dim=-1).T
+                self.model.train(), ours.train()
+                return (theirs - mine).abs().max(), mine
+
+        found["cosines at init"], before = cosines()
+        start = [mine.detach().clone() for _, mine in self.pairs(ours)]
+        torch.manual_seed(11)
+        with _cuda_is_cpu():
+            terms = self.forward_backward(self.batch)  # theirs: the loss, then one SGD step
+        torch.manual_seed(11)
+        result = step_of_batch(ours, views, bench.labels, bench.names, bench.precision)
+        update(bench.loop, result.total)
+        mine = {"loss_ce": result.terms["ce"].detach(), "loss_scl_text": ours.recipe.text_loss_weight * result.terms["txt"].detach(),
+                "loss_scl_image": ours.recipe.image_loss_weight * result.terms["img"].detach()}
+        found.update({f"{name} at init": abs(terms[name] - float(mine[name])) for name in terms})
+        found["first loss (theirs, ours)"] = (sum(terms.values()), float(result.total))
+        found["their first terms (ce, 20 L1 text, 25 L1 image)"] = tuple(round(v, 4) for v in terms.values())
+        found["learnable tensors after one step"] = max(float((their.detach() - mine.detach()).abs().max())
+                                                        for their, mine in self.pairs(ours))
+        found["the step moves them"] = max(float((mine.detach() - was).abs().max())
+                                           for (_, mine), was in zip(self.pairs(ours), start))
+        found["cosines after one step"], after = cosines()
+        found["the step moves the cosines"] = (after - before).abs().max()
+        trained = [ours.vision_prompts.detach().clone(), ours.text_prompts.detach().clone()]
+        with torch.no_grad():  # their blocks cast VPT and VPT_shallow to half at every forward (clip/model.py)
+            ours.vision_prompts.copy_(trained[0].half().float()), ours.text_prompts.copy_(trained[1].half().float())
+            found["cosines after one step, ours's prompts cast to fp16 as theirs"] = cosines()[0]
+            ours.vision_prompts.copy_(trained[0]), ours.text_prompts.copy_(trained[1])
+        return {key: float(value) if not isinstance(value, tuple) else value for key, value in found.items()}
+
+    def note(self, ours) -> str:
+        return (f"{len(self.batch['img0'])} images x {self.trainer.k_transforms} views a step, img0's frozen feature; "
+                f"lr {self.lr:g}, their descriptions/{self.FILE}")
+
+
+class AuthorsTipAdapterF:
+    """gaopengcuhk/Tip-Adapter: main.py's run_tip_adapter_F itself (one epoch of one batch of the keys' fine-tuning,
+    then utils.py's search_hp on the validation features) on features given to it, beside ours on the same ones."""
+
+    SHOTS, NOISE = 2, 0.5  # validation features per class, and how far they lie from a cached key of their class
+
+    @staticmethod
+    def changes(checkout: Path, arch: str) -> dict:
+        """oxford_flowers' search ranges (alpha up to 50): the cache can outweigh a random CLIP's logits, so the
+        search has a pair to find rather than keeping its first."""
+        return {"tip_adapter_f": {"search_scale": [50.0, 50.0]}}
+
+    def __init__(self, checkout: Path, arch: str, ours: Bench, steps: int):
+        import importlib.util
+
+        if not (checkout / "main.py").is_file() or not (checkout / "utils.py").is_file():
+            sys.exit(f"{checkout}: no main.py and utils.py here; give a checkout of gaopengcuhk/Tip-Adapter")
+        _fresh_import(checkout)
+        _stub_modules("gdown")  # their datasets/utils.py downloads with it; main.py imports it, the run does not
+        spec = importlib.util.spec_from_file_location("tip_adapter_main", checkout / "main.py")
+        self.main = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.main)
+        self.utils = sys.modules["utils"]
+        self.trainable = ours.trainable
+        self.model = SimpleNamespace(eval=lambda: None, train=lambda: None)
+
+    def agreement(self, bench) -> dict:
+        """The keys after one step of each, every tip_logits matrix their search_hp scores against ours's at the same
+        (beta, alpha), and the pair each search keeps."""
+        import tempfile
+
+        import torch
+        import torch.nn.functional as F
+
+        from dear.methods import tip_adapter_f as tip
+        from dear.train.trainer import update
+
+        ours, names, recipe = bench.model, bench.names, bench.model.recipe
+        generator = torch.Generator().manual_seed(2)
+        with torch.no_grad():
+            ours.keys.copy_(F.normalize(torch.randn(ours.keys.shape, generator=generator), dim=-1))
+        keys, labels = ours.keys.detach().clone(), ours.cache_labels  # [N, E], [N]: the cache
+        near = lambda rows: F.normalize(keys[rows] + self.NOISE * torch.randn(len(rows), keys.shape[1],  # noqa: E731
+                                                                               generator=generator), dim=-1)
+        train_rows = torch.randperm(len(keys), generator=generator)[:recipe.batch_size]
+        train, train_labels = near(train_rows), labels[train_rows]
+        val_rows = torch.arange(self.SHOTS * len(names)) % len(keys)
+        val, val_labels = near(val_rows), labels[val_rows]
+        with torch.no_grad():
+            clip_weights = F.normalize(ours.text_features(names).float(), dim=-1).T  # [E, C]: one classifier for both
+        values = F.one_hot(labels, len(names)).float()  # [N, C]
+
+        step = ours.step(None, train_labels, names, train)  # ours: one step on the batch's frozen features
+        update(bench.loop, step.total)
+        pairs = [(beta, alpha) for beta in tip.grid(*[recipe.search_scale[0], recipe.search_step[0]])
+                 for alpha in tip.grid(recipe.search_scale[1], recipe.search_step[1])]
+        seen = {"calls": 0, "logits": 0.0}
+        cls_acc, search_hp = self.utils.cls_acc, self.main.search_hp
+
+        def watched_acc(output, target, topk=1):  # their calls: training, test, then search_hp's pairs in order
+            index = seen["calls"] - 2
+            seen["calls"] += 1
+            if 0 <= index < len(pairs) and len(output) == len(val):
+                beta, alpha = pairs[index]
+                with torch.no_grad():
+                    mine = ours.tip_logits(val, names, alpha, beta)
+                seen["logits"] = max(seen["logits"], float((output - mine).abs().max()))
+            return accuracy(output, target)
+
+        def accuracy(output, target):  # their cls_acc at topk 1: its float() of a 1-element array fails on NumPy 2
+            return 100 * float((output.topk(1, 1, True, True)[1].t()[0] == target).float().sum()) / target.shape[0]
+
+        def watched_search(cfg, cache_keys, cache_values, features, labels_, clip_weights_, adapter=None):
+            seen["keys"] = adapter.weight.detach().clone()
+            seen["choice"] = search_hp(cfg, cache_keys, cache_values, features, labels_, clip_weights_, adapter)
+            return seen["choice"]
+
+        with tempfile.TemporaryDirectory() as folder, _cuda_is_cpu(), contextlib.redirect_stdout(sys.stderr):
+            cfg = {"lr": recipe.lr, "train_epoch": 1, "init_beta": recipe.init_beta, "init_alpha": recipe.init_alpha,
+                   "search_hp": True, "search_scale": recipe.search_scale, "search_step": recipe.search_step,
+                   "cache_dir": folder, "shots": self.SHOTS}
+            torch.save(keys.clone(), f"{folder}/best_F_{self.SHOTS}shots.pt")  # kept only if their test accuracy is 0
+            clip_model = SimpleNamespace(dtype=torch.float32, encode_image=lambda images: images.clone())
+            self.utils.cls_acc, self.main.cls_acc, self.main.search_hp = watched_acc, watched_acc, watched_search
+            try:
+                self.main.run_tip_adapter_F(cfg, keys.T.clone(), values, val, val_labels, val, val_labels, clip_weights,
+                                            clip_model, [(train, train_labels)])
+            finally:
+                self.utils.cls_acc, self.main.cls_acc, self.main.search_hp = cls_acc, cls_acc, search_hp
+        found = ours.search_validation(val[:, None], val_labels.tolist(), names)
+        return {"keys after one step": float((seen["keys"] - ours.keys.detach()).abs().max()),
+                "the step moves the keys": float((keys - ours.keys.detach()).abs().max()),
+                f"tip_logits of their {len(pairs)} searched pairs": seen["logits"],
+                "search choice (beta, alpha): theirs, ours": (tuple(round(v, 6) for v in seen["choice"]),
+                                                               (round(found["beta"], 6), round(found["alpha"], 6)))}
+
+    def note(self, ours) -> str:
+        return "their keys' training and search_hp on the same normalized features (no CLIP forward: a stand-in)"
+
+
+def torch_stack(tensors):
+    import torch
+
+    return torch.stack([t.detach() for t in tensors])
+
+
+def _fresh_import(checkout: Path) -> None:
+    """Their packages (`clip`, `trainers`) from this checkout: another authors' checkout may have loaded its own."""
+    for name in [name for name in sys.modules if name.split(".")[0] in ("clip", "trainers", "utils", "datasets")]:
+        del sys.modules[name]
+    sys.path.insert(0, str(checkout))
+
+
+@contextlib.contextmanager
+def _cuda_is_cpu():
+    """Their `.cuda()` calls (the frozen CLIP, the loss's targets) as no-ops where there is no CUDA device."""
+    import torch
+
+    if torch.cuda.is_available():
+        yield
+        return
+    saved = torch.Tensor.cuda, torch.nn.Module.cuda
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self
+    torch.nn.Module.cuda = lambda self, *args, **kwargs: self
+    try:
+        yield
+    finally:
+        torch.Tensor.cuda, torch.nn.Module.cuda = saved
+
+
+def _stub_modules(*names: str) -> None:
+    """Empty stand-ins for modules their files import at the top but the compared code never calls."""
+    import importlib.util
+    import types
+
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            sys.modules[name] = types.ModuleType(name)
+
+
+def _stub_kmeans() -> None:
+    """kmeans_pytorch (their clustering) where it is not installed: the harness replaces the centres by ours's, so
+    the stand-in returns the first rows (the clustering itself: tests/test_parity_tac.py)."""
+    import importlib.util
+    import types
+
+    if importlib.util.find_spec("kmeans_pytorch") is not None:
+        return
+    module = types.ModuleType("kmeans_pytorch")
+    module.kmeans = lambda X, num_clusters, **kwargs: (None, X[:num_clusters].clone())
+    sys.modules["kmeans_pytorch"] = module
+
+
 class SkipAgreement(Exception):
     """The two models cannot compute the same features (the reason says why); the cost is still compared."""
 
@@ -252,40 +590,57 @@ def _stub_dassl() -> None:
     sys.modules["dassl"] = types.ModuleType("dassl")
 
 
-AUTHORS = {"clip_lora": AuthorsCLIPLoRA, "mmrlpp": AuthorsMMRLpp}
+AUTHORS = {"clip_lora": AuthorsCLIPLoRA, "mmrlpp": AuthorsMMRLpp, "tac": AuthorsTAC, "tip_adapter_f": AuthorsTipAdapterF}
+BASE_TO_NOVEL = ("tac",)  # their repository has no few-shot config: its base-to-novel recipe
 
 
 def compare(method: str, checkout: Path, args) -> dict:
     import torch
 
+    authors = AUTHORS[method]
+    changes = recipe_changes(args.set)
+    for name, keys in (authors.changes(checkout, args.arch) if hasattr(authors, "changes") else {}).items():
+        changes[name] = {**keys, **changes.get(name, {})}  # the harness's values, under the command line's --set
     ours_model, tokenizer = backbone(args.arch)
-    ours = Bench(ours_model, tokenizer, method, args.classes, args.batch, args.device, recipe_changes(args.set),
-                 args.shots)
-    ours.model.names = ours.names
-    theirs = AUTHORS[method](checkout, args.arch, ours, steps=args.warmup + args.rounds)
-    difference = moved = float("nan")
-    ours.model.eval()
+    ours = Bench(ours_model, tokenizer, method, args.classes, args.batch, args.device, changes,
+                 None if method in BASE_TO_NOVEL else args.shots)
+    if not hasattr(ours.model, "names"):  # Tip-Adapter-F keeps its cached classes under that name
+        ours.model.names = ours.names  # the class list ours_cosines scores
+    theirs = authors(checkout, args.arch, ours, steps=args.warmup + args.rounds)
+    found = {"method": method, "trainable_ours": ours.trainable, "trainable_authors": theirs.trainable,
+             "threads": torch.get_num_threads()}
     try:
-        with torch.no_grad():
-            untrained = theirs.ours_cosines(ours.model)
-            theirs.share_weights(ours.model)
-            theirs.model.eval()  # after the sharing: their LinearLoRA merges B A into W when set to eval
-            trained = theirs.ours_cosines(ours.model)
-            difference = (theirs.cosines() - trained).abs().max().item()
-            moved = (trained - untrained).abs().max().item()
+        found["agreement"] = theirs.agreement(ours) if hasattr(theirs, "agreement") else cosine_agreement(ours, theirs)
     except SkipAgreement as reason:
         print(f"{method}: no agreement check: {reason}")
+        found["agreement"] = {}
     ours.model.train(), theirs.model.train()
+    found["note"] = theirs.note(ours.model)
+    if not hasattr(theirs, "step"):
+        return found
     times = {"ours": [], "authors": []}
     for index in range(args.warmup + args.rounds):
         for name, bench in (("ours", ours), ("authors", theirs)):
             seconds = bench.step()
             if index >= args.warmup:
                 times[name].append(seconds)
-    return {"method": method, "max_cosine_difference": difference, "update_moves": moved, "trainable_ours": ours.trainable,
-            "trainable_authors": theirs.trainable, "threads": torch.get_num_threads(), "note": theirs.note(ours.model),
-            **{f"{name}_median_s": statistics.median(t) for name, t in times.items()},
+    return {**found, **{f"{name}_median_s": statistics.median(t) for name, t in times.items()},
             **{f"{name}_min_s": min(t) for name, t in times.items()}}
+
+
+def cosine_agreement(ours: Bench, theirs) -> dict:
+    """The same trainable values in both: the largest difference of the cosine matrices, and how far the shared
+    update moves ours's (the check's scale)."""
+    import torch
+
+    ours.model.eval()
+    with torch.no_grad():
+        untrained = theirs.ours_cosines(ours.model)
+        theirs.share_weights(ours.model)
+        theirs.model.eval()  # after the sharing: their LinearLoRA merges B A into W when set to eval
+        trained = theirs.ours_cosines(ours.model)
+        return {"max |cosine difference|": (theirs.cosines() - trained).abs().max().item(),
+                "the update moves the cosines": (trained - untrained).abs().max().item()}
 
 
 def main() -> None:
@@ -308,15 +663,15 @@ def main() -> None:
         parser.error("give at least one authors' checkout: " + ", ".join(f"--{m.replace('_', '-')}" for m in AUTHORS))
     print(f"{args.arch}, batch {args.batch}, {args.classes} classes, few-shot recipes at {args.shots} shots, "
           f"{args.device}; {args.rounds} interleaved rounds after {args.warmup} warm-up")
-    print(f"{'method':<10} {'max |Δcos|':>11} {'update moves':>13} {'trainable ours / authors':>25} {'ours s':>7} {'authors s':>9} "
-          f"{'ours / authors':>15}")
     for method, checkout in checkouts.items():
         r = compare(method, checkout, args)
-        print(f"{method:<10} {r['max_cosine_difference']:>11.2e} {r['update_moves']:>13.2e} {r['trainable_ours']:>12,} / {r['trainable_authors']:<10,} "
-              f"{r['ours_median_s']:>7.3f} {r['authors_median_s']:>9.3f} "
-              f"{r['ours_median_s'] / r['authors_median_s']:>14.2f}x  (min {r['ours_min_s'] / r['authors_min_s']:.2f}x,"
-              f" {r['threads']} threads)")
-        print(f"{'':<10} {r['note']}")
+        print(f"{method}: trainable ours {r['trainable_ours']:,} / authors {r['trainable_authors']:,}; {r['note']}")
+        for what, value in r["agreement"].items():
+            print(f"  {what}: {value:.2e}" if isinstance(value, float) else f"  {what}: {value}")
+        if "ours_median_s" in r:
+            print(f"  step: ours {r['ours_median_s']:.3f} s, authors {r['authors_median_s']:.3f} s, ours / authors "
+                  f"{r['ours_median_s'] / r['authors_median_s']:.2f}x (min {r['ours_min_s'] / r['authors_min_s']:.2f}x, "
+                  f"{r['threads']} threads)")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ memory and the memory the step adds on top of the loaded model.
         --set tac.text_depth=12                           # the 2026 methods at their authors' layers, ViT-B-16
     python benchmarks/train_step.py --methods tip_adapter_f,clip_lora,mmrlpp --classes 100 --shots 16
                                                           # few-shot recipes (CoOp's: 16 context tokens)
+    python benchmarks/train_step.py --methods tac --views 4 --classes 100 --coop-classes 100
+                                                          # TAC's 4 views + img0 against its one view
 """
 
 from __future__ import annotations
@@ -66,6 +68,13 @@ class Bench:
         generator = torch.Generator().manual_seed(0)
         self.images = torch.randn(batch, 3, size, size, generator=generator).to(device)
         self.labels = (torch.arange(batch) % classes).to(device)
+        k, img0 = recipe.get("k_transforms", 1), recipe.get("return_img0", False)
+        if k > 1 or img0:  # TAC's loader: k views of each image (k B rows), the frozen feature of the unaugmented one
+            from dear.train.data import Views
+
+            views = torch.randn(k * batch, 3, size, size, generator=generator).to(device)
+            self.images = Views(views, self.images if img0 else None, k)
+            self.labels = self.labels.repeat(k)
         if self.model.init_passes():  # Tip-Adapter-F: a 16-shot cache of `classes` classes (the batch's views, repeated)
             with torch.no_grad():
                 prefix = self.model.image_prefix(self.images)
@@ -108,15 +117,24 @@ CACHE_SHOTS = 16  # Tip-Adapter-F's cache in the benchmark: 16 shots of every cl
 
 
 def interleaved(arch: str, classes: int, batch: int, rounds: int, warmup: int, device: str,
-                methods=METHODS, changes: dict | None = None, shots: int | None = None) -> dict:
+                methods=METHODS, changes: dict | None = None, shots: int | None = None, views: int | None = None) -> dict:
     """`methods` (and dear while fading in, with dear) on one frozen model, stepped in turn so machine load hits all
     alike; `changes`: {recipe: {key: value}} on top of params.yaml's recipes; `shots`: each method's few-shot
-    recipe at K shots instead of its base-to-novel one."""
+    recipe at K shots instead of its base-to-novel one; `views`: also each method with a `k_transforms` key at
+    that many views of each image and the unaugmented image's frozen feature (TAC's 4 and img0), as `name@K`."""
     import torch
+
+    from dear.methods import entry
+    from dear.methods.recipe import load
+
+    load_recipe = lambda name: load(entry(name).recipe)  # noqa: E731
 
     model, tokenizer = backbone(arch)
     benches = {name: Bench(model, tokenizer, name, classes, batch, device, changes, shots)
                for name in dict.fromkeys([*methods, "coop"])}  # CoOp: the baseline of every ratio
+    for name in [name for name in methods if views and "k_transforms" in load_recipe(name).keys]:
+        more = {**(changes or {}), name: {**(changes or {}).get(name, {}), "k_transforms": views, "return_img0": True}}
+        benches[f"{name}@{views}"] = Bench(model, tokenizer, name, classes, batch, device, more, shots)
     if "dear" in methods:
         benches["dear_fading"] = Bench(model, tokenizer, "dear", classes, batch, device, changes, shots)
         benches["dear_fading"].model.fade = 0.5
@@ -201,6 +219,8 @@ def main() -> None:
                         help="change a recipe of params.yaml for this run (a YAML value), e.g. maple.prompt_depth=3")
     parser.add_argument("--shots", type=int, help="the ratio part with each method's few-shot recipe at K shots "
                         "(Tip-Adapter-F and CLIP-LoRA train in that protocol only)")
+    parser.add_argument("--views", type=int, help="also each method with a k_transforms key at K views of each image "
+                        "and img0's frozen feature (TAC's 4), against its one view")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -210,7 +230,7 @@ def main() -> None:
     counts = [int(c) for c in args.classes.split(",")]
     methods = args.methods.split(",")
     ratios = interleaved(args.arch, counts[0], args.batch, args.rounds, args.warmup, args.device, methods,
-                         recipe_changes(args.set), args.shots)
+                         recipe_changes(args.set), args.shots, args.views)
     scaling = [spawn(args, "dear", c) for c in counts] + [spawn(args, "coop", int(c)) for c in args.coop_classes.split(",")]
     report(args, counts[0], ratios, scaling)
 
@@ -247,6 +267,11 @@ def report(args, base: int, ratios: dict, scaling: list[dict]) -> None:
               f"{masked['min_s'] / coop['min_s']:.2f}x min")
         print(f"DeAR fading in / after:  {fading['median_s'] / masked['median_s']:.2f}x median, "
               f"{fading['min_s'] / masked['min_s']:.2f}x min (the first epoch only)")
+    for name in [name for name in methods if "@" in name]:
+        one_view = ratios[name.split("@")[0]]
+        print(f"{name.split('@')[0]} at {name.split('@')[1]} views + img0 / one view: "
+              f"{ratios[name]['median_s'] / one_view['median_s']:.2f}x median, "
+              f"{ratios[name]['min_s'] / one_view['min_s']:.2f}x min")
     print(f"-- one process per row: median of {args.steps} steps after {args.warmup} warm-up; memory = peak, and above the loaded model")
     print(f"{'method':<12} {'classes':>7} {'s/step':>8} {'steps/s':>8} {'peak MB':>8} {'step MB':>8}")
     for r in scaling:

@@ -39,6 +39,7 @@ from dear.data import coop
 from dear.data import custom as custom_data
 from dear.data import world as world_data
 from dear.errors import DearError, Problems
+from dear.methods import descriptions
 from dear.methods.layers import resolve as resolve_layers
 from dear.model.concepts import CORE_CONCEPTS
 from dear.model.textbank import load_bank
@@ -430,9 +431,20 @@ def _recipe_problems(recipe, depth: dict, arch: str) -> list[tuple[str, str]]:
     if recipe.get("attribute_tokens", 0) > len(set(recipe.get("concepts", []))):
         found.append(("attribute_tokens", f"needs as many distinct concepts (got {recipe.concepts}); "
                                           "list one concept per token"))
+    if "descriptions" in recipe.settings and recipe.descriptions is None:
+        found.append(("descriptions", f"names no class descriptions ({descriptions.REPOSITORY} has none for this "
+                                      "dataset); set it to a JSON file {class name: [texts]} of your own, or to "
+                                      f"'{descriptions.TEMPLATES}' (PromptSRC's 60 templates, ours)"))
     found += [(layer.key, layer.problem.replace("this model", arch, 1))
               for layer in resolve_layers(recipe.recipe, recipe.values, depth) if layer.problem]
     return found
+
+
+def class_descriptions(params, params_file: str) -> list[str]:
+    """The class descriptions every training job's recipe names are on this machine (TAC's: the authors'
+    descriptions/<dataset>_prompt.json, fetched by `dear fetch-weights`, or a file of one's own)."""
+    recipes = [params.train.recipe(*job) for job in training_jobs(params)]
+    return descriptions.missing([recipe for recipe in recipes if recipe.get("descriptions") is not None], params_file)
 
 
 def _jobs(jobs: list[str]) -> str:
@@ -482,6 +494,8 @@ CHECKS: tuple[Check, ...] = (
     Check(profile, ("profile", "model", "data", "world"), "the profile's roles, bank, layers and SVD rank",
           stages=("profile",)),
     Check(train, ("train", "model", "study"), "train.recipes and every training job's recipe", stages=("train",)),
+    Check(class_descriptions, ("train", "model", "study"), "the recipes' class descriptions", "machine",
+          stages=("train",)),
     Check(study_plugins, ("train", "study"), "the study's plugin methods", stages=("train",)),
     Check(plugin_names, (), "the installed plugin methods' names"),
 )

@@ -763,24 +763,32 @@ def new_method(
 
 @app.command("fetch-weights")
 def fetch_weights(params: Path = ParamsOption) -> None:
-    """Download the configured open_clip weights (needs network).
+    """Download the configured open_clip weights, and TAC's class descriptions its jobs name (needs network).
 
-    model.arch + model.pretrained, into model.cache_dir.
+    model.arch + model.pretrained, into model.cache_dir; FushengHao/TAC's descriptions/<dataset>_prompt.json at a
+    pinned commit, each checked against its digest, into train.recipes.tac.descriptions_dir.
 
     The one command that uses the network: run it where there is some (a cluster's login node);
     stages on compute nodes then read the cache offline.
     """
     _configure_logging(None)
     with _one_line_errors():
-        model = load_params(params).model
+        loaded = load_params(params)
+        model = loaded.model
+        from dear.check import training_jobs
+        from dear.methods import descriptions
         from dear.model.clip import resolve_arch
         from dear.model.weights import fetch_configured  # the network goes on for the download only
 
         path, sha = fetch_configured(model, resolve_arch)
+        texts = descriptions.fetch_all([loaded.train.recipe(*job) for job in training_jobs(loaded)])
     if path is None:
         typer.echo(f"model.pretrained is {model.pretrained!r}: nothing to fetch")
-        return
-    typer.echo(f"{model.arch} '{model.pretrained}': {path} ({path.stat().st_size / 2**20:.0f} MiB, sha256 {sha[:12]}...)")
+    else:
+        typer.echo(f"{model.arch} '{model.pretrained}': {path} ({path.stat().st_size / 2**20:.0f} MiB, "
+                   f"sha256 {sha[:12]}...)")
+    for found in texts:
+        typer.echo(f"{descriptions.REPOSITORY}@{descriptions.COMMIT[:7]}: {found} (checked)")
 
 
 @app.command()

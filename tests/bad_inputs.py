@@ -236,6 +236,30 @@ def _nan_model(inputs: Inputs, here: Path, patch) -> None:
     torch.save(payload, here / "model.pt")
 
 
+def _tac_train(inputs: Inputs) -> list:
+    return with_params(["train", "--method", "tac", "--dataset", "world_objects", "--backbone", inputs.backbone,
+                        "--fewshot", inputs.fewshot, "--out", "out", "--checkpoint", "ckpt/ckpt.pt"])
+
+
+def _tac_descriptions(content: str | None) -> Callable[[Inputs, Path, pytest.MonkeyPatch], None]:
+    """TAC's descriptions: a file of one's own (`./mine.json`: a path, not one of the authors' file names)."""
+    def setup(inputs: Inputs, here: Path, patch) -> None:
+        if content is not None:
+            (here / "mine.json").write_text(content)
+        params_with(inputs, here, lambda raw: raw["train"]["recipes"]["tac"].update(descriptions="./mine.json"))
+    return setup
+
+
+DESCRIPTIONS = [
+    Case("tac-descriptions-missing", "train", "train.recipes.tac.descriptions: a file that does not exist",
+         ["train.recipes.tac.descriptions: mine.json not found", "point it to a JSON file"], _tac_train,
+         setup=_tac_descriptions(None)),
+    Case("tac-descriptions-class-missing", "train", "TAC's descriptions file without one of the training classes",
+         ["mine.json: no descriptions of class", "classes missing", "add them"], _tac_train,
+         setup=_tac_descriptions('{"not a class": ["a photo of nothing."]}')),
+]
+
+
 NUMBERS = [
     Case("lr-1e30-one-step", "train", "train.recipes.dear.lr: 1.0e30, one step",
          ["loss is not finite after the last update", "train.recipes.*.lr"],
@@ -783,8 +807,8 @@ PLUGINS = [  # a method from an installed package that cannot run (docs/your-met
 ]
 
 
-CASES = PARAMS + YAML + NUMBERS + FILESYSTEM + IMAGES + DATA + OWN_DATA + LOADING + RECORD + PREDICT + FEW_SHOT \
-    + COLLECT + PLUGINS
+CASES = PARAMS + DESCRIPTIONS + YAML + NUMBERS + FILESYSTEM + IMAGES + DATA + OWN_DATA + LOADING + RECORD + PREDICT \
+    + FEW_SHOT + COLLECT + PLUGINS
 
 
 # --- running one ------------------------------------------------------------------------------

@@ -126,6 +126,14 @@ def test_the_training_step_benchmark_takes_each_method_s_few_shot_recipe():
     assert run[16]["tip_adapter_f"]["trainable"] == bench.CACHE_SHOTS * 4 * 64  # the cache keys: 16 shots x 4 classes x 64
 
 
+
+def test_the_training_step_benchmark_steps_tac_on_its_views_beside_one_view():
+    bench = _script("train_step")
+    result = bench.interleaved("dear-world-tiny", classes=4, batch=2, rounds=1, warmup=0, device="cpu",
+                               methods=["tac"], changes=bench.recipe_changes(TINY_DEPTHS), views=4)
+    assert {"tac", "tac@4", "coop"} == result.keys() - {"threads"}
+    assert result["tac@4"]["trainable"] == result["tac"]["trainable"] and result["tac@4"]["median_s"] > 0
+
 # A stand-in for MaxZanella/CLIP-LoRA's loralib with its interface (apply_lora walking the towers' resblocks,
 # q_proj/k_proj/v_proj carrying w_lora_A [r, D] and w_lora_B [D, r], scaling alpha / sqrt(r)), for the harness only:
 # the real one is the authors' checkout given to benchmarks/authors_step.py.
@@ -194,7 +202,8 @@ def test_the_authors_step_benchmark_runs_their_modules_beside_ours(tmp_path):
                            rounds=1)
     result = bench.compare("clip_lora", tmp_path, args)
     assert result["trainable_ours"] == result["trainable_authors"] > 0
-    assert result["max_cosine_difference"] < 1e-5 < result["update_moves"]  # the same nonzero update on both sides
+    agreement = result["agreement"]
+    assert agreement["max |cosine difference|"] < 1e-5 < agreement["the update moves the cosines"]  # nonzero update
     assert result["ours_median_s"] > 0 and result["authors_median_s"] > 0
     assert result["note"].endswith("authors 24")  # dear-world-tiny's context length
 
@@ -206,6 +215,78 @@ def test_the_authors_step_benchmark_names_a_folder_that_is_not_their_checkout(tm
     bench = _script("authors_step")
     args = SimpleNamespace(arch="dear-world-tiny", classes=4, batch=2, device="cpu", set=[], shots=4, warmup=0,
                            rounds=1)
-    for method, repository in (("clip_lora", "MaxZanella/CLIP-LoRA"), ("mmrlpp", "yunncheng/MMRL")):
+    for method, repository in (("clip_lora", "MaxZanella/CLIP-LoRA"), ("mmrlpp", "yunncheng/MMRL"),
+                               ("tac", "FushengHao/TAC"), ("tip_adapter_f", "gaopengcuhk/Tip-Adapter")):
         with pytest.raises(SystemExit, match=f"{tmp_path}: no .* here; give a checkout of {repository}"):
             bench.compare(method, tmp_path, args)
+
+
+# A stand-in for gaopengcuhk/Tip-Adapter's main.py and utils.py with their interface (run_tip_adapter_F: the keys as
+# an nn.Linear trained by AdamW(eps 1e-4) under a cosine, saved when the test accuracy rises, reloaded, then
+# search_hp over beta (outer) and alpha), for the harness only: the real ones are the checkout given to it.
+FAKE_TIP_UTILS = """
+import torch
+
+
+def cls_acc(output, target, topk=1):
+    return 100 * float((output.argmax(1) == target).float().sum()) / target.shape[0]
+
+
+def search_hp(cfg, cache_keys, cache_values, features, labels, clip_weights, adapter=None):
+    betas = [i * (cfg['search_scale'][0] - 0.1) / cfg['search_step'][0] + 0.1 for i in range(cfg['search_step'][0])]
+    alphas = [i * (cfg['search_scale'][1] - 0.1) / cfg['search_step'][1] + 0.1 for i in range(cfg['search_step'][1])]
+    best, choice = 0, (0, 0)
+    for beta in betas:
+        for alpha in alphas:
+            cache = ((-1) * (beta - beta * adapter(features))).exp() @ cache_values
+            acc = cls_acc(100. * features @ clip_weights + cache * alpha, labels)
+            if acc > best:
+                best, choice = acc, (beta, alpha)
+    return choice
+"""
+FAKE_TIP_MAIN = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from utils import *
+
+
+def run_tip_adapter_F(cfg, cache_keys, cache_values, val_features, val_labels, test_features, test_labels,
+                      clip_weights, clip_model, train_loader_F):
+    adapter = nn.Linear(cache_keys.shape[0], cache_keys.shape[1], bias=False).to(clip_model.dtype).cuda()
+    adapter.weight = nn.Parameter(cache_keys.t())
+    optimizer = torch.optim.AdamW(adapter.parameters(), lr=cfg['lr'], eps=1e-4)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, cfg['train_epoch'] * len(train_loader_F))
+    beta, alpha = cfg['init_beta'], cfg['init_alpha']
+    for images, target in train_loader_F:
+        features = clip_model.encode_image(images)
+        logits = 100. * features @ clip_weights + ((-1) * (beta - beta * adapter(features))).exp() @ cache_values * alpha
+        loss = F.cross_entropy(logits, target)
+        cls_acc(logits, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+    logits = 100. * test_features @ clip_weights + ((-1) * (beta - beta * adapter(test_features))).exp() @ cache_values * alpha
+    if cls_acc(logits, test_labels) > 0:
+        torch.save(adapter.weight, cfg['cache_dir'] + "/best_F_" + str(cfg['shots']) + "shots.pt")
+    adapter.weight = torch.load(cfg['cache_dir'] + "/best_F_" + str(cfg['shots']) + "shots.pt")
+    search_hp(cfg, cache_keys, cache_values, val_features, val_labels, clip_weights, adapter=adapter)
+"""
+
+
+def test_the_authors_step_benchmark_runs_their_tip_adapter_f_beside_ours(tmp_path):
+    from types import SimpleNamespace
+
+    (tmp_path / "utils.py").write_text(FAKE_TIP_UTILS)
+    (tmp_path / "main.py").write_text(FAKE_TIP_MAIN)
+    bench = _script("authors_step")
+    args = SimpleNamespace(arch="dear-world-tiny", classes=4, batch=2, device="cpu",
+                           set=["tip_adapter_f.search_step=[20, 10]"], shots=4, warmup=0, rounds=1)
+    result = bench.compare("tip_adapter_f", tmp_path, args)
+    agreement = result["agreement"]
+    assert agreement["keys after one step"] < 1e-6 < agreement["the step moves the keys"]
+    assert agreement["tip_logits of their 200 searched pairs"] < 1e-4
+    theirs, ours = agreement["search choice (beta, alpha): theirs, ours"]
+    assert theirs == ours != (0.1, 0.1)  # the same pair, not merely the first
+    assert "ours_median_s" not in result  # no step cost: their step is one linear layer on frozen features

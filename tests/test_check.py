@@ -35,12 +35,15 @@ def errors(result) -> list[str]:
 
 
 def test_the_demo_and_paper_configs_are_consistent(tmp_path):
-    """The paper config's only problems are the ones a user must fix: where the data is, and fetching weights."""
+    """The paper config's only problems are the ones a user must fix: where the data is, and fetching weights and
+    TAC's class descriptions (one line naming every file)."""
     assert check_file(ROOT / "params.yaml")[1] == []
     found = [finding.text for finding in check_file(ROOT / "configs/paper-vitb16.yaml")[1]]
-    assert len(found) == 2
+    assert len(found) == 3
     assert found[0].startswith("data.root: /path/to/coop-datasets not found")
     assert "weights 'openai' for ViT-B-16 are not fetched" in found[1] and "dear fetch-weights --params" in found[1]
+    assert found[2].startswith("train.recipes.tac.descriptions: FushengHao/TAC's imagenet_prompt.json, caltech_prompt")
+    assert "dear fetch-weights --params" in found[2] and "descriptions_dir" in found[2]
 
 
 def with_template(template: str) -> dict:

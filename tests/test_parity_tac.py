@@ -35,7 +35,8 @@ from tests.tiny_clip import tiny_clip
 BASE = ["sea_lion", "golden_retriever", "red car"]
 NOVEL = ["tree", "hot_dog"]
 TOL = dict(rtol=1e-4, atol=1e-5)
-TINY = dict(vision_depth=3, text_depth=2, n_ctx=2, n_ctx_vision=3, clusters=2)  # 3 image, 2 text layers; 16 positions
+TINY = dict(vision_depth=3, text_depth=2, n_ctx=2, n_ctx_vision=3, clusters=2,  # 3 image, 2 text layers; 16 positions
+            descriptions="templates", k_transforms=1, return_img0=False)  # one view: the trainer gives each its own
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +177,30 @@ def test_tac_matches_their_code_on_a_batch(clip, batch, mode):
                                        their_forward(clip, theirs, ours.centres, classes, images)[0], **TOL)
 
 
+def test_k_views_and_img0_are_their_forward_backward(clip, batch):
+    """Their parse_batch_train and forward_backward at K_TRANSFORMS 2, RETURN_IMG0: the views view-major, the labels
+    repeated, the zero-shot feature of img0 dropped out once per image and then .repeat(k_transforms, 1)."""
+    images, labels = batch
+    views = torch.cat([images, images.flip(-1)])  # torch.cat(batch["img"]): view 0 of every image, then view 1
+    img0 = images.roll(1, dims=-2)
+    ours = build(clip, k_transforms=2, return_img0=True)
+    ours.cluster(BASE)
+    theirs = theirs_from(ours)
+    ours.train()
+    frozen = ours.frozen_image(ours.image_prefix(img0)).repeat(2, 1)  # the trainer's (`Views`)
+    torch.manual_seed(4)
+    step = ours.step(ours.image_prefix(views), labels.repeat(2), BASE, frozen)
+    torch.manual_seed(4)
+    ctx, vpt, text_deep, topk_t_layer, topk_v_layer = theirs
+    text = norm(their_text(clip, ctx, topk_t_layer(ours.centres), text_deep, BASE))
+    image = norm(F.dropout(their_image(clip, vpt, topk_v_layer(ours.centres), views), 0.3))
+    zero_shot = norm(F.dropout(clip.encode_image(img0), 0.3)).repeat(2, 1)  # ZS_image_encoder(img_o), then repeat
+    fixed = their_fixed_embeddings(clip, BASE, lambda name: [t.format(name) for t in ours.recipe.templates])
+    *_, loss = their_loss(clip.logit_scale.exp() * image @ text.t(), text, image, zero_shot, fixed, labels.repeat(2))
+    torch.testing.assert_close(step.total, loss, **TOL)
+    torch.testing.assert_close(25.0 * step.terms["img"], F.l1_loss(image, zero_shot) * 25, **TOL)
+
+
 def test_the_description_features_are_their_fixed_embeddings(clip):
     texts = ["a photo of a {}.", "a sketch of the {}.", "itap of a {}."]
     ours = build(clip, templates=texts)
@@ -302,8 +327,14 @@ THEIRS = {  # train.py extend_cfg, then configs/trainers/TAC/<file>.yaml, over D
                       "optimizer": "sgd", "lr": 0.0025, "epochs": 20, "schedule": "cosine", "warmup_epochs": 1,
                       "warmup_lr": 1e-5, "n_ctx_vision": 5, "n_ctx": 5, "ctx_init": "a photo of a",
                       "precision": "fp16", "vision_depth": 12, "text_depth": 12, "text_loss_weight": 20.0,
-                      "image_loss_weight": 25.0, "clusters": 5, "feature_dropout": 0.3},
+                      "image_loss_weight": 25.0, "clusters": 5, "feature_dropout": 0.3, "k_transforms": 4,
+                      "return_img0": True},
 }
+FILES = {  # trainers/tac.py dataset_name_mapping: the descriptions file of each dataset
+    "imagenet": "imagenet", "caltech-101": "caltech", "oxford_pets": "oxford_pets", "stanford_cars": "stanford_cars",
+    "oxford_flowers": "oxford_flowers", "food-101": "food101", "fgvc_aircraft": "fgvc", "sun397": "sun397",
+    "dtd": "dtd", "eurosat": "eurosat", "ucf101": "ucf101"}
+OURS = ("templates", "descriptions_dir")  # the option's texts and where their files are fetched to
 THEIRS["transfer"] = {**THEIRS["base_to_novel"], "crop_scale": [0.8, 1.0], "epochs": 5, "n_ctx_vision": 10,
                       "n_ctx": 10}
 
@@ -318,17 +349,32 @@ def test_learning_rate_of_every_epoch_is_dassls(protocol, epochs):
 
 
 def test_the_paper_config_trains_tac_exactly_as_their_configs():
-    """One config for every dataset (base2new_train.sh: CFG basetonovel; xd_train.sh: crossdatasets); the class
-    descriptions are ours (their descriptions/<dataset>_prompt.json is not in their repository)."""
+    """One config for every dataset (base2new_train.sh: CFG basetonovel; xd_train.sh: crossdatasets), their 4 views
+    and img0, and each dataset's own descriptions file; ours: only the templates option and where files go."""
     params = load_params(PAPER)
     assert params.train.recipes == {} and "tac" in params.study.methods
     jobs = [(d, "base_to_novel") for d in params.study.base_to_novel] + [(params.study.transfer.source, "transfer")]
     for dataset, protocol in jobs:
         run = params.train.recipe("tac", dataset, protocol)
-        values = {key: value for key, value in run.values.items() if key != "templates"}
-        assert values == THEIRS[protocol], (dataset, protocol)
-        assert all(s.kind == "authors" for k, s in run.settings.items() if k != "templates"), (dataset, protocol)
-        assert run.settings["templates"].kind == "ours" and len(run.templates) == 60
+        values = {key: value for key, value in run.values.items() if key not in OURS}
+        assert values == {**THEIRS[protocol], "descriptions": f"{FILES[dataset]}_prompt.json"}, (dataset, protocol)
+        assert all(s.kind == "authors" for k, s in run.settings.items() if k not in OURS), (dataset, protocol)
+        assert all(run.settings[key].kind == "ours" for key in OURS) and len(run.templates) == 60
+
+
+def test_their_descriptions_file_gives_their_fixed_embeddings(clip, tmp_path):
+    """A file of their format written here ({class name as the prompt writes it: [texts]}, counts differing per
+    class): per class the mean of its texts' unnormalized features, normalized ("sea_lion" -> "sea lion")."""
+    import json
+
+    texts = {"sea lion": ["A sea lion has flippers.", "a photo of a sea lion."], "golden retriever": ["A dog."],
+             "red car": ["A red car on a road.", "a car", "itap of a red car."], "unused": ["never read"]}
+    path = tmp_path / "toy_prompt.json"
+    path.write_text(json.dumps(texts))
+    ours = build(clip, descriptions=str(path))
+    expected = their_fixed_embeddings(clip, BASE, lambda name: texts[name])
+    torch.testing.assert_close(ours.descriptions(BASE), expected, **TOL)
+    assert not torch.allclose(build(clip).descriptions(BASE), expected, atol=1e-3)  # not the templates option
 
 
 def test_the_recipe_file_names_their_commit_in_every_authors_source():

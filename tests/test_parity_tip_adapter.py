@@ -1,7 +1,7 @@
 """Parity with gaopengcuhk/Tip-Adapter: the cache model, its keys' fine-tuning and the alpha/beta search.
 
-Read at the commits the recipe file names (main.py, utils.py @e6bdba4; configs/*.yaml @4e29134; the six configs
-the stored copy lacks from the fork OE-Heart/Tip-Adapter@bf8fb37). What their code computes is restated here:
+Read at gaopengcuhk/Tip-Adapter@d0e2d6f, their head (main.py, utils.py, datasets/, all eleven configs/*.yaml;
+their configs are RN50's, so at ViT-B/16 their values are ours). What their code computes is restated here:
 the cache (utils.py build_cache_model: the mean over augment_epoch passes of encode_image, normalized; one-hot
 values), the logits (main.py: `100. * f @ clip_weights + ((-1) * (beta - beta * affinity)).exp() @ values *
 alpha`), the classifier (utils.py clip_classifier: the prompts' normalized features averaged, normalized), the
@@ -37,6 +37,8 @@ COMMON = {"lr": 1e-3, "augment_epochs": 10, "search_step": [200, 20], "init_beta
           "optimizer": "adamw", "adam_eps": 1e-4, "weight_decay": 1e-2, "schedule": "cosine_steps", "min_lr": 0.0,
           "warmup_epochs": 0, "crop_scale": [0.5, 1.0], "flip_prob": 0.5, "interpolation": "bicubic",
           "precision": "fp16", "drop_last": False, "logit_scale": 100.0, "views": None}
+UNREAD = ("momentum", "warmup_lr")  # Dassl's keys their AdamW without warm-up never reads
+CONFIG_KEYS = ("search_scale", "init_alpha", "epochs", "lr", "augment_epochs", "search_step", "init_beta")
 TEMPLATES = {"imagenet": "itap of a {}.", "caltech-101": "a photo of a {}.", "oxford_pets": "a photo of a {}, a type of pet.",
              "stanford_cars": "a photo of a {}.", "oxford_flowers": "a photo of a {}, a type of flower.",
              "food-101": "a photo of {}, a type of food.", "fgvc_aircraft": "a photo of a {}, a type of aircraft.",
@@ -206,7 +208,11 @@ def test_the_few_shot_config_trains_tip_adapter_f_with_each_datasets_config(shot
         assert (run.search_scale, run.init_alpha, run.epochs) == (scale, alpha, epochs), dataset
         assert {key: run.get(key) for key in COMMON} == COMMON, dataset
         assert run.template == TEMPLATES[dataset], dataset
-        assert all(s.kind == "authors" for s in run.settings.values()), dataset
+        for key, setting in run.settings.items():  # their configs' values: chosen at RN50, ours at ViT-B/16
+            rn50 = key in CONFIG_KEYS
+            assert setting.kind == ("ours" if rn50 else "authors"), (dataset, key)
+            assert setting.source.startswith("gaopengcuhk/Tip-Adapter@d0e2d6f ") or key in UNREAD, (dataset, key)
+            assert not rn50 or ("backbone: 'RN50'" in setting.source and "configs/" in setting.source), (dataset, key)
         assert run.extra_templates == (IMAGENET_ENSEMBLE[1:] if dataset == "imagenet" else [])
 
 
@@ -214,7 +220,7 @@ def test_a_dataset_without_their_config_takes_imagenets_as_our_choice():
     run = load_params(FEWSHOT).train.recipe("tip_adapter_f", "world_objects", "few_shot", 4)
     assert (run.search_scale, run.init_alpha, run.epochs) == ([7.0, 3.0], 1.17, 20)
     assert all(run.settings[key].kind == "ours" for key in ("search_scale", "init_alpha", "epochs", "template"))
-    assert math.isclose(run.lr, 1e-3) and run.settings["lr"].kind == "authors"
+    assert math.isclose(run.lr, 1e-3) and "backbone: 'RN50'" in run.settings["lr"].source  # their configs' lr
 
 
 # --- through `dear train` --------------------------------------------------------------------

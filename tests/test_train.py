@@ -393,3 +393,64 @@ def test_cpu_seeded_draws_what_manual_seed_draws_and_restores_the_state():
         drawn = torch.rand(4)
     assert torch.equal(drawn, reference)
     assert torch.equal(torch.rand(3), expected_after)  # the generator continues as if nothing happened
+
+
+def test_k_views_of_each_image_and_the_unaugmented_image(world):
+    """Dassl's K_TRANSFORMS and RETURN_IMG0 (TAC's loader): view 0 is the one-view item, the others drawn apart;
+    img0 is the image resized to S x S; the step's rows are view-major and the frozen feature is img0's, repeated."""
+    from dear import device as devices
+    from dear.train.data import Views, unaugmented_transform
+
+    shots = training_shots(world.fewshot)
+    schedule = Schedule(n=len(shots.paths), batch_size=4, epochs=2, seed=1)
+    augment = train_transform(SimpleNamespace(crop_scale=[0.3, 1.0], flip_prob=0.5, interpolation="bicubic"), 32,
+                              (0.5,) * 3, (0.5,) * 3)
+    img0 = unaugmented_transform("bicubic", 32, (0.5,) * 3, (0.5,) * 3)
+    one, three = ShotImages(shots, schedule, augment), ShotImages(shots, schedule, augment, 3, img0)
+    item, label = three[(1, 2)]
+    assert item["views"].shape == (3, 3, 32, 32) and label == one[(1, 2)][1]
+    torch.testing.assert_close(item["views"][0], one[(1, 2)][0])  # one view: what it was
+    assert not torch.equal(item["views"][1], item["views"][2])
+    from dear.data.manifest import read_rgb
+    torch.testing.assert_close(item["img0"], img0(read_rgb(shots.paths[schedule.order(1)[2]])))
+
+    batch = Views.of({"views": torch.stack([item["views"], three[(1, 3)][0]["views"]]),
+                      "img0": torch.stack([item["img0"], three[(1, 3)][0]["img0"]])})
+    assert batch.k == 3 and batch.pixels.shape == (6, 3, 32, 32)
+    torch.testing.assert_close(batch.pixels[1], three[(1, 3)][0]["views"][0])  # row v B + i: view v of image i
+    torch.testing.assert_close(batch.pixels[2], item["views"][1])
+    seen = {}
+
+    class Spy:
+        needs_frozen_image = True
+
+        def image_prefix(self, pixels):
+            return pixels.flatten(1)  # [n, 3 S S]
+
+        def frozen_image(self, prefix):
+            return prefix[:, :4]  # [n, 4]
+
+        def step(self, prefix, labels, classnames, frozen):
+            seen.update(prefix=prefix, frozen=frozen)
+            return "step"
+
+    trainer.step_of_batch(Spy(), batch, torch.tensor([0, 1] * 3), ["a", "b"], devices.Precision("fp32", torch.device("cpu")))
+    assert seen["prefix"].shape == (6, 3 * 32 * 32)
+    torch.testing.assert_close(seen["frozen"], batch.img0.flatten(1)[:, :4].repeat(3, 1))
+
+
+def test_tac_trains_on_k_views_with_the_unaugmented_images_frozen_feature(world, tmp_path):
+    """Their 4 views of every image and img0 through `dear train`: K x B rows a step, the same steps; they exclude
+    the demo's fixed view bank (`views`), in one line."""
+    raw = yaml.safe_load(world.params.read_text())
+    fake_run.tiny_depths(raw["train"])
+    raw["train"]["recipes"]["tac"].update(k_transforms=2, return_img0=True, views=None)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    out = train(world, tmp_path / "run", method="tac", params=params)
+    log = pq.read_table(out / "train_log.parquet").to_pylist()
+    assert len(log) == N_STEPS and all(math.isfinite(row["loss"]) for row in log)
+    raw["train"]["recipes"]["tac"]["views"] = 1
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(DearError, match="k_transforms 2 / return_img0 True .* exclude each other"):
+        train(world, tmp_path / "bank", method="tac", params=params)

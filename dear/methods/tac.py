@@ -1,5 +1,5 @@
 """TAC, task-aware clustering (FushengHao/TAC@563e7db: trainers/tac.py, clip/model.py, configs/trainers/TAC/) as its
-authors train it, written against `dear.contract` only.
+authors train it, written against `dear.contract` (and `dear.methods.descriptions`, which reads their texts).
 
 PromptSRC's independent deep prompts in both towers (IVLP), led by tokens of the task's clusters:
 - clusters (VLPromptLearner.__init__, once, on the training classes): each class's frozen-CLIP feature is the
@@ -23,11 +23,12 @@ PromptSRC's independent deep prompts in both towers (IVLP), led by tokens of the
   fixed_embeddings) + image_loss_weight L1(image features, the frozen CLIP's image features);
 - after each epoch the learnable tensors enter a mean over the epochs (ep_model_weights: 1/N each, the
   weighting of PromptSRC's GPA), which replaces them after the last (`averaging.EpochAverage`).
-Ours (docs/method.md): the descriptions (`templates`: their GPT-3 class descriptions, read from
-descriptions/<dataset>_prompt.json, are not in their repository); the k-means start drawn with the run's
-seed (theirs: numpy's global state), an iteration cap, and k = the number of classes when there are fewer
-(their k-means fails); one augmented view per image per step with the frozen feature of that view (their
-loader gives each image K_TRANSFORMS 4 views and the frozen feature of the unaugmented image, `img0`).
+The descriptions (`descriptions`): their descriptions/<dataset>_prompt.json, read from a checkout of their
+repository or fetched by `dear fetch-weights` (dear.methods.descriptions), or PromptSRC's 60 templates as an
+explicit option (ours: the embedded world has no descriptions of theirs). The views: the trainer gives each
+image `k_transforms` augmented views and the frozen feature of the unaugmented image (`return_img0`), as their
+loader (dear.train.data.Views). Ours (docs/method.md): the k-means start drawn with the run's seed (theirs:
+numpy's global state), an iteration cap, and k = the number of classes when there are fewer (their k-means fails).
 Precision fp16: the context and the cluster projections are half, the prompts fp32 cast where they enter.
 """
 
@@ -38,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dear.contract import DearError, MethodModel, Step, averaging, cross_entropy, internals, prompts, towers
+from dear.methods import descriptions
 
 AVERAGE = "mean."  # prefix of the running sums in the extra state (model.pt, checkpoints)
 KMEANS_TOL = 1e-4  # kmeans_pytorch's default tol on the squared sum of centre shifts
@@ -87,9 +89,20 @@ class TAC(MethodModel):
     # --- the task clusters --------------------------------------------------------------
 
     def descriptions(self, classnames: list[str]) -> torch.Tensor:
-        """fixed_embeddings [C, E]: per class the mean of its descriptions' unnormalized features, normalized."""
-        return self.once(("descriptions", tuple(classnames)),
-                         lambda: towers.template_features(self.clip, self.tokenizer, self.recipe.templates, classnames))
+        """fixed_embeddings [C, E]: per class the mean of its descriptions' unnormalized features, normalized; the
+        descriptions the recipe names (their descriptions/<dataset>_prompt.json), or the `templates` option."""
+        def features():
+            if self.recipe.descriptions == descriptions.TEMPLATES:
+                return towers.template_features(self.clip, self.tokenizer, self.recipe.templates, classnames)
+            path = descriptions.source(self.recipe)
+            if path is None:
+                raise DearError(f"train.recipes.{self.recipe.recipe}.descriptions: none for {self.recipe.dataset}; "
+                                "`dear check` says what to set")
+            if not path.is_file():
+                raise DearError(descriptions.missing([self.recipe], "<your params file>")[0])
+            texts = descriptions.read(path, classnames)  # [C] lists of texts
+            return towers.text_list_features(self.clip, self.tokenizer, texts)
+        return self.once(("descriptions", tuple(classnames)), features)
 
     def cluster(self, classnames: list[str]) -> None:
         """The centres of the training classes' features (at the first training step; kept in the trained state)."""
@@ -168,7 +181,10 @@ class TAC(MethodModel):
         p = self.recipe.feature_dropout if self.training else 0.0
         image = _dropped(self.encode(prefix)[:, 0].float(), p)  # [B, E]
         zero_shot = (frozen_image if frozen_image is not None else self.frozen_image(prefix)).float()
-        zero_shot = _dropped(zero_shot, p)  # their ZS_image_encoder is the same VisionTransformer, in train mode
+        k = self.recipe.get("k_transforms", 1) if frozen_image is not None and self.recipe.get("return_img0") else 1
+        # their ZS_image_encoder (the same VisionTransformer, in train mode) drops out img0's feature once per
+        # image, then .repeat(k_transforms, 1): one mask for the k views of an image
+        zero_shot = _dropped(zero_shot[:len(zero_shot) // k], p).repeat(k, 1)  # [B, E]
         text = self.text_features(classnames).float()  # [C, E]
         logits = self.logit_scale().float() * image @ text.t()  # [B, C]
         terms = {"ce": cross_entropy(logits, labels), "txt": F.l1_loss(text, self.descriptions(classnames)),

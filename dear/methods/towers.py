@@ -192,3 +192,15 @@ def template_features(clip, tokenizer, templates: list[str], classnames: list[st
                           for part in tokens.split(chunk)])  # [T C, E]
     mean = features.view(len(templates), len(classnames), -1).mean(0)  # [C, E], of unnormalized features
     return (mean / mean.norm(dim=-1, keepdim=True)).float()
+
+
+def text_list_features(clip, tokenizer, texts: list[list[str]], chunk: int = 1000) -> torch.Tensor:
+    """The untouched model's class features [C, E] from each class's own texts (TAC's descriptions: their
+    encode_text(texts).mean(dim=0) per class, then the [C, E] matrix normalized), in fp32."""
+    clip = clip if oc.text_dtype(clip) == torch.float32 else copy.deepcopy(clip).float()
+    device = oc.text_positions(clip).device
+    tokens = tokenizer([text for class_texts in texts for text in class_texts])
+    features = torch.cat([oc.encode_text(clip, oc.trim_text_padding(clip, part.to(device)))
+                          for part in tokens.split(chunk)])  # [sum of the classes' texts, E]
+    mean = torch.stack([part.mean(0) for part in features.split([len(t) for t in texts])])  # [C, E]
+    return (mean / mean.norm(dim=-1, keepdim=True)).float()

@@ -92,7 +92,7 @@ def default_checkpoint(out: Path, root: str = ".") -> Path:
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
-    from dear.methods import create, entry
+    from dear.methods import create, descriptions, entry
     from dear.model.clip import load_backbone
 
     name = inputs.method or params.train.method
@@ -145,6 +145,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     used = {"backbone": Path(inputs.backbone) / "card.json", "fewshot": inputs.fewshot}  # the card holds the weights' sha256
     if roles is not None:
         used["roles"] = inputs.roles
+    if descriptions.source(recipe) is not None:  # TAC's class descriptions file: its sha256 in the provenance
+        used["descriptions"] = descriptions.source(recipe)
     made_by = provenance({"recipe": recipe.values, "compute": params.compute}, used, inputs.seed)
     made_by["shots_per_class"] = shots.per_class()  # what the report states as the shots used
     schema = train_log_schema(type(model).TERMS)

@@ -83,6 +83,36 @@ def test_transform(interpolation: str, size: int, mean, std) -> T.Compose:
     ])
 
 
+def unaugmented_transform(interpolation: str, size: int, mean, std) -> T.Compose:
+    """Dassl's `to_tensor` of the unaugmented image img0 (DatasetWrapper, RETURN_IMG0): resized to size x size
+    (INPUT.SIZE (224, 224): the aspect ratio not kept, nothing cropped), normalize."""
+    return T.Compose([
+        T.Resize((size, size), interpolation=INTERPOLATION[interpolation]),
+        T.ToTensor(),
+        T.Normalize(mean, std),
+    ])
+
+
+@dataclass(frozen=True)
+class Views:
+    """A batch whose images are each seen in k augmented views (Dassl's K_TRANSFORMS, TAC's loader), the rows
+    view-major as their parse_batch_train's torch.cat(batch["img"]): row v B + i is view v of image i."""
+
+    pixels: torch.Tensor  # [k B, 3, S, S]
+    img0: torch.Tensor | None  # [B, 3, S, S] the unaugmented images (RETURN_IMG0), or None
+    k: int
+
+    @classmethod
+    def of(cls, item: dict) -> "Views":
+        """From a collated batch {"views": [B, k, 3, S, S], "img0": [B, 3, S, S] (optional)}."""
+        views = item["views"]
+        return cls(views.transpose(0, 1).flatten(0, 1), item.get("img0"), views.shape[1])
+
+    def to(self, device) -> "Views":
+        return Views(self.pixels.to(device, non_blocking=True),
+                     None if self.img0 is None else self.img0.to(device, non_blocking=True), self.k)
+
+
 @dataclass(frozen=True)
 class Schedule:
     """Which samples each step reads: a fresh permutation per epoch, cut in batches as Dassl's loader does.
@@ -128,10 +158,13 @@ class Schedule:
 
 
 class ShotImages(torch.utils.data.Dataset):
-    """Item (epoch, slot): the image at that slot of the epoch's order, augmented with a seed of its own."""
+    """Item (epoch, slot): the image at that slot of the epoch's order, augmented with a seed of its own; with
+    `views` k > 1 or an `img0` transform, {"views": its k views [k, 3, S, S] (view v > 0 drawn with a seed of
+    its own), "img0": the unaugmented image} (Dassl's DatasetWrapper with K_TRANSFORMS and RETURN_IMG0)."""
 
-    def __init__(self, shots: Shots, schedule: Schedule, transform):
+    def __init__(self, shots: Shots, schedule: Schedule, transform, views: int = 1, img0=None):
         self.shots, self.schedule, self.transform = shots, schedule, transform
+        self.views, self.img0 = views, img0
         self._orders: dict[int, list[int]] = {}
 
     def __len__(self) -> int:
@@ -145,7 +178,16 @@ class ShotImages(torch.utils.data.Dataset):
         image = manifest.read_rgb(self.shots.paths[row])
         with cpu_seeded(derived_seed(self.schedule.seed, epoch, slot + 1)):
             pixels = self.transform(image)  # [3, S, S]
-        return pixels, self.shots.labels[row]
+        if self.views == 1 and self.img0 is None:
+            return pixels, self.shots.labels[row]
+        views = [pixels]
+        for view in range(1, self.views):
+            with cpu_seeded(derived_seed(self.schedule.seed, epoch, slot + 1, view)):
+                views.append(self.transform(image))
+        item = {"views": torch.stack(views)}  # [k, 3, S, S]
+        if self.img0 is not None:
+            item["img0"] = self.img0(image)  # [3, S, S]
+        return item, self.shots.labels[row]
 
 
 PASS_STREAM = 0x5EED_CA  # the augmentation draws of `ShotPasses`, apart from the epochs' (seed, epoch, slot)

@@ -44,7 +44,8 @@ from dear.methods.recipe import Recipe
 from dear.params import Compute
 from dear.progress import track
 from dear.train import checkpoint
-from dear.train.data import Schedule, ShotImages, ShotPasses, Shots, loader, passes, train_transform
+from dear.train.data import (Schedule, ShotImages, ShotPasses, Shots, Views, loader, passes, train_transform,
+                             unaugmented_transform)
 from dear.train.views import ViewCache
 
 log = logging.getLogger("dear.train")
@@ -174,13 +175,23 @@ def fit(run: Run) -> list[dict]:
 
 def _batches(run: Run, model: MethodModel, schedule: Schedule, start: int, precision: "devices.Precision"):
     """(pixels [B, 3, S, S] or (prefix, untouched image feature), labels) of every step from `start`."""
-    transform = train_transform(run.recipe, run.image_size, *run.normalization)
-    if run.recipe.views:
-        cache = ViewCache(model, run.shots, transform, run.recipe.views, run.seed, max(64, run.recipe.batch_size),
+    recipe = run.recipe
+    transform = train_transform(recipe, run.image_size, *run.normalization)
+    k, with_img0 = recipe.get("k_transforms", 1), recipe.get("return_img0", False)
+    if recipe.views and (k > 1 or with_img0):
+        raise DearError(f"recipe {recipe.recipe}: views {recipe.views} (a fixed bank of one view per epoch) and "
+                        f"k_transforms {k} / return_img0 {with_img0} (fresh views per step) exclude each other; set "
+                        f"train.recipes.{recipe.recipe}.views: null, or k_transforms: 1 and return_img0: false")
+    if recipe.views:
+        cache = ViewCache(model, run.shots, transform, recipe.views, run.seed, max(64, recipe.batch_size),
                           autocast=precision.autocast())
         return cached_batches(cache, schedule, run.shots, start)
-    return loader(ShotImages(run.shots, schedule, transform), start, run.compute.workers,
-                  pin_memory=precision.device.type == "cuda")
+    img0 = unaugmented_transform(recipe.interpolation, run.image_size, *run.normalization) if with_img0 else None
+    batches = loader(ShotImages(run.shots, schedule, transform, k, img0), start, run.compute.workers,
+                     pin_memory=precision.device.type == "cuda")
+    if k == 1 and img0 is None:
+        return batches
+    return ((Views.of(item), labels.repeat(k)) for item, labels in batches)  # their label.repeat(k_transforms)
 
 
 def init_from_passes(run: Run, model: MethodModel, precision: "devices.Precision") -> None:
@@ -217,9 +228,10 @@ def cached_batches(cache: ViewCache, schedule: Schedule, shots: Shots, start_ste
 
 
 def _to(images, device: torch.device):
-    """Pixels [B, 3, S, S], or a cached (prefix, untouched image feature) pair, on `device`."""
-    if isinstance(images, torch.Tensor):
-        return images.to(device, non_blocking=True)
+    """Pixels [B, 3, S, S], k views of each image (`Views`), or a cached (prefix, untouched image feature) pair,
+    on `device`."""
+    if isinstance(images, (torch.Tensor, Views)):
+        return images.to(device, non_blocking=True) if isinstance(images, torch.Tensor) else images.to(device)
     return tuple(None if part is None else part.to(device) for part in images)
 
 
@@ -235,11 +247,19 @@ def seeded_step(seed: int, step: int, device: torch.device):
 
 def step_of_batch(model: MethodModel, inputs, labels: torch.Tensor, classnames: list[str],
                   precision: "devices.Precision"):
-    """The method's loss on one batch (`MethodModel.step`), from pixels or a view bank's cached pair."""
+    """The method's loss on one batch (`MethodModel.step`), from pixels, k views of each image, or a view bank's
+    cached pair. With the unaugmented images (`Views.img0`) the untouched feature is theirs, repeated for the k
+    views (TAC's ZS_image_encoder(img_o).repeat(k_transforms, 1))."""
     with precision.autocast():
         if isinstance(inputs, torch.Tensor):
             prefix = model.image_prefix(inputs)  # [B, 1+N, D]
             frozen = model.frozen_image(prefix) if model.needs_frozen_image else None
+        elif isinstance(inputs, Views):
+            prefix = model.image_prefix(inputs.pixels)  # [k B, 1+N, D]
+            frozen = None
+            if model.needs_frozen_image:  # [k B, E]
+                frozen = (model.frozen_image(prefix) if inputs.img0 is None
+                          else model.frozen_image(model.image_prefix(inputs.img0)).repeat(inputs.k, 1))
         else:
             prefix, frozen = inputs
         return model.step(prefix, labels, classnames, frozen)
