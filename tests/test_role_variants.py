@@ -236,3 +236,35 @@ def test_mixed_heads_closed_closes_mixed_and_unprofiled_heads():
 def test_a_variant_without_roles_is_a_one_line_error(clip, name):
     with pytest.raises(DearError, match=rf"--roles: method {name.replace('+', '[+]')} needs the roles table"):
         build(clip, name, None)
+
+
+def test_a_variant_s_recipe_records_the_study_s_roles_and_dear_recipe_shows_every_source(tmp_path):
+    """The method's own values and sources, then SPEC's for the roles and the mask, then the study's roles table and
+    thresholds (profile.dataset, profile.roles); `train.recipes.roles` changes the rule, a wrong key is one line."""
+    import yaml
+
+    from dear.methods.recipe import problems
+    from dear.methods.show import as_text
+    from dear.params import load_params
+    from tests.methods_tools import demo_recipes
+
+    raw = yaml.safe_load(open("configs/demo-roles.yaml"))
+    raw["profile"]["roles"].update(mode="absolute", low=1.0, high=2.0)
+    raw["train"]["recipes"]["roles"] = {"mixed_heads": "closed"}
+    (tmp_path / "roles.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    params = load_params(tmp_path / "roles.yaml")
+    recipe = params.train.recipe("maple+roles", "world_objects", "base_to_novel")
+    plain = params.train.recipe("maple", "world_objects", "base_to_novel")
+    assert {key: recipe.settings[key] for key in plain.settings} == plain.settings  # the method's own, as they are
+    assert recipe.settings["mixed_heads"].source == "train.recipes.roles.mixed_heads" and recipe.mixed_heads == "closed"
+    assert recipe.roles_table == "demo-roles/roles/world_objects/roles.parquet"
+    assert recipe.roles_threshold == "Concept Entropy H <= 1.0 attribute, H >= 2.0 generalization bits"
+    assert recipe.settings["roles_threshold"].source.startswith("profile.roles")
+    shown = as_text(params, [recipe], "roles.yaml")
+    assert "maple+roles on world_objects (base-to-novel): MaPLe" in shown and "+ DeAR's head roles" in shown
+    assert 'generalization_heads  "closed"                 paper: SPEC §5' in shown
+    assert "role_concepts" in shown and "paper: SPEC §3" in shown and "ours: profile.dataset" in shown
+    assert problems({**demo_recipes(), "roles": {"mixed_head": "open"}}) == [
+        "train.recipes.roles.mixed_head: unknown recipe key; remove it or fix its spelling (did you mean mixed_heads?)"]
+    assert problems({**demo_recipes(), "roles": {"mixed_heads": "half"}}) == [
+        "train.recipes.roles.mixed_heads: must be one of open | closed, got 'half'"]
