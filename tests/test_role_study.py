@@ -8,9 +8,9 @@ method in "What the roles change" and its figure.
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
+from dear.model.trained import read_trained
 from tests import tiny_study
 from tests.engines import BIN, make_project, run
 from tests.fake_run import tiny_depths
@@ -52,6 +52,6 @@ def test_every_variant_runs_every_protocol_and_the_report_says_what_the_roles_ch
     assert (project / "report/roles_change.png").read_bytes().startswith(b"\x89PNG")
     for variant in VARIANTS:
         for folder in (f"runs/{variant}/world_objects", f"transfer/{variant}", f"fewshot/{variant}/world_objects/shots1"):
-            recipe = torch.load(project / folder / "train/seed1/model.pt", weights_only=False)["recipe"]
+            recipe = read_trained(project / folder / "train/seed1/model.pt")["recipe"]
             assert recipe["settings"]["roles_table"]["value"] == "roles/world_objects/roles.parquet", folder
             assert recipe["settings"]["mixed_heads"]["source"].startswith("SPEC §5")
