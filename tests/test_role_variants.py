@@ -268,3 +268,19 @@ def test_a_variant_s_recipe_records_the_study_s_roles_and_dear_recipe_shows_ever
         "train.recipes.roles.mixed_head: unknown recipe key; remove it or fix its spelling (did you mean mixed_heads?)"]
     assert problems({**demo_recipes(), "roles": {"mixed_heads": "half"}}) == [
         "train.recipes.roles.mixed_heads: must be one of open | closed, got 'half'"]
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_a_variant_job_s_code_is_its_plain_method_s_its_module_and_the_roles_nothing_else(name):
+    """An edit of another method's module replans no variant job; an edit of the roles' code no plain method's."""
+    from dear import jobs
+
+    plain = entry(name).plain
+    files, plain_files = set(jobs.code("train", name).files), set(jobs.code("train", plain).files)
+    own = {f"dear/methods/{plain}.py", f"dear/methods/{plain}_roles.py", "dear/methods/roles.py",
+           "dear/model/head_roles.py", "dear/methods/recipes/roles.yaml"}
+    variant_only = {f"dear/methods/{plain}_roles.py", "dear/methods/roles.py", "dear/methods/recipes/roles.yaml"}
+    assert own <= files and not variant_only & plain_files  # (head_roles: in every job that imports dear.contract)
+    others = {f"dear/methods/{other}{suffix}.py" for other in ("maple", "promptsrc", "mmrl", "clip_lora") if other != plain
+              and not (plain == "promptsrc" and other == "maple") for suffix in ("", "_roles")}
+    assert not others & files, sorted(others & files)

@@ -8,7 +8,8 @@ params validation and the engines read without importing torch.
 
 Adding a built-in method: its module (a `MethodModel` subclass,
 `dear/methods/base.py`), one line here, and its recipe file. A `+roles`
-entry is a method run with DeAR's head roles (`dear.methods.roles`): the
+entry is a method run with DeAR's head roles (`dear.methods.roles`, a module
+per variant): the
 plain method's recipe, then `recipes/roles.yaml`, and the roles table of
 `dear profile`; an installed method has one when its declaration says
 `roles=True` (docs/your-method.md#head-roles). A method of
@@ -71,13 +72,13 @@ REGISTRY: dict[str, Entry] = {
     "clip_lora": Entry("clip_lora", "clip_lora", "CLIP-LoRA: low-rank updates of q, k, v in both towers",
                        protocols=FEW_SHOT_ONLY),
     # the baselines with DeAR's head roles: the Generalization heads never read what the method learns
-    "maple+roles": Entry("roles", "maple", "MaPLe + head roles: its image prompts behind DeAR's role mask",
+    "maple+roles": Entry("maple_roles", "maple", "MaPLe + head roles: its image prompts behind DeAR's role mask",
                          reads_roles=True, plain="maple"),
-    "promptsrc+roles": Entry("roles", "promptsrc", "PromptSRC + head roles: its image prompts behind DeAR's role mask",
+    "promptsrc+roles": Entry("promptsrc_roles", "promptsrc", "PromptSRC + head roles: its image prompts behind DeAR's role mask",
                              reads_roles=True, plain="promptsrc"),
-    "mmrl+roles": Entry("roles", "mmrl", "MMRL + head roles: its image tokens behind DeAR's role mask",
+    "mmrl+roles": Entry("mmrl_roles", "mmrl", "MMRL + head roles: its image tokens behind DeAR's role mask",
                         reads_roles=True, plain="mmrl"),
-    "clip_lora+roles": Entry("roles", "clip_lora", "CLIP-LoRA + head roles: no update of a Generalization head's "
+    "clip_lora+roles": Entry("clip_lora_roles", "clip_lora", "CLIP-LoRA + head roles: no update of a Generalization head's "
                              "q, k, v", protocols=FEW_SHOT_ONLY, reads_roles=True, plain="clip_lora"),
 }
 # names a plugin may not take: the built-in methods' and the recipe files' (a plugin's recipe is named after it)
