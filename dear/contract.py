@@ -66,7 +66,8 @@ if TYPE_CHECKING:  # for readers and type checkers; loaded lazily below
     from dear.train import averaging
 
 __all__ = ["VERSION", "Method", "MethodModel", "Step", "cross_entropy", "check_layer", "towers", "prompts",
-           "internals", "representation", "averaging", "roles", "HeadRole", "Recipe", "Key", "PROTOCOLS", "KINDS", "DearError"]
+           "internals", "representation", "averaging", "roles", "HeadRole", "Recipe", "Key", "PROTOCOLS", "KINDS",
+           "DearError"]
 
 
 def __getattr__(name: str) -> Any:

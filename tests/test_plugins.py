@@ -170,8 +170,10 @@ def test_a_plugin_declared_with_roles_runs_with_deARs_roles_through_the_contract
         assert f"{name}+roles" in available() and entry(f"{name}+roles").reads_roles
         assert entry(f"{name}+roles").plain == name and not entry(name).reads_roles
         recipe = resolve({"roles": {"mixed_heads": "closed"}}, f"{name}+roles", "world_objects", "base_to_novel")
-        assert recipe.mixed_heads == "closed" and recipe.settings["mixed_heads"].source == "train.recipes.roles.mixed_heads"
-        assert recipe.settings["role_concepts"].kind == "paper" and "SPEC §3" in recipe.settings["role_concepts"].source
+        assert recipe.mixed_heads == "closed"
+        assert recipe.settings["mixed_heads"].source == "train.recipes.roles.mixed_heads"
+        concepts = recipe.settings["role_concepts"]
+        assert concepts.kind == "paper" and "SPEC §3" in concepts.source
         clip, images = tiny_clip(), torch.randn(2, 3, 32, 32)
         closed = layer_roles([("generalization", "other")] * 4)
         variant = create(f"{name}+roles", Backbone(clip), recipe, closed)

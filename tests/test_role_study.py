@@ -48,10 +48,12 @@ def test_every_variant_runs_every_protocol_and_the_report_says_what_the_roles_ch
         assert pair in changes.split("Transfer and few-shot")[0], variant  # base-to-novel ΔBase, ΔNovel, ΔHM
         transfer = changes.split("Transfer and few-shot")[1]
         for protocol in ("Cross-dataset from world_objects", "Domain generalization from world_objects", "few-shot"):
-            assert any(line.startswith(pair) and protocol in line for line in transfer.splitlines()), (variant, protocol)
+            assert any(line.startswith(pair) and protocol in line
+                       for line in transfer.splitlines()), (variant, protocol)
     assert (project / "report/roles_change.png").read_bytes().startswith(b"\x89PNG")
     for variant in VARIANTS:
-        for folder in (f"runs/{variant}/world_objects", f"transfer/{variant}", f"fewshot/{variant}/world_objects/shots1"):
+        for folder in (f"runs/{variant}/world_objects", f"transfer/{variant}",
+                       f"fewshot/{variant}/world_objects/shots1"):
             recipe = read_trained(project / folder / "train/seed1/model.pt")["recipe"]
             assert recipe["settings"]["roles_table"]["value"] == "roles/world_objects/roles.parquet", folder
             assert recipe["settings"]["mixed_heads"]["source"].startswith("SPEC §5")

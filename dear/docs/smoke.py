@@ -3,8 +3,8 @@
 The smoke study runs every stage of every protocol of the demo, and few-shot
 learning (one dataset, two shot counts), with the demo's methods
 (`study.methods`), linear_probe, Tip-Adapter-F and CLIP-LoRA (EXTRA_METHODS), MMRL++ and TAC
-(METHODS_2026) and the `+roles` variants beside their plain methods (ROLE_VARIANTS), and the demo's recipes, on the tiny world and
-backbone of the tests (`dear.data.world.tiny_params`): one seed, two shots,
+(METHODS_2026), the `+roles` variants beside their plain methods (ROLE_VARIANTS), and the demo's
+recipes, on the tiny world and backbone of the tests (`dear.data.world.tiny_params`): one seed, two shots,
 three datasets (one base-to-novel set that is also the transfer source, one
 cross-dataset target, one domain-shift target). Its report says at the top
 that its numbers mean nothing (`dear.stages.report.notes`). Everything but
@@ -88,8 +88,8 @@ def with_extra_methods(raw: dict) -> dict:
     return raw
 
 
-# the baselines with DeAR's head roles (dear/methods/roles.py), each beside its plain method: the smoke study and make
-# demo-roles, not the demo
+# the baselines with DeAR's head roles (dear/methods/roles.py and a module per variant), each beside its plain
+# method: the smoke study and make demo-roles, not the demo
 ROLE_VARIANTS = ("maple+roles", "promptsrc+roles", "mmrl+roles", "clip_lora+roles")
 
 

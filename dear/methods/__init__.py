@@ -74,12 +74,12 @@ REGISTRY: dict[str, Entry] = {
     # the baselines with DeAR's head roles: the Generalization heads never read what the method learns
     "maple+roles": Entry("maple_roles", "maple", "MaPLe + head roles: its image prompts behind DeAR's role mask",
                          reads_roles=True, plain="maple"),
-    "promptsrc+roles": Entry("promptsrc_roles", "promptsrc", "PromptSRC + head roles: its image prompts behind DeAR's role mask",
-                             reads_roles=True, plain="promptsrc"),
+    "promptsrc+roles": Entry("promptsrc_roles", "promptsrc", "PromptSRC + head roles: its image prompts behind DeAR's "
+                             "role mask", reads_roles=True, plain="promptsrc"),
     "mmrl+roles": Entry("mmrl_roles", "mmrl", "MMRL + head roles: its image tokens behind DeAR's role mask",
                         reads_roles=True, plain="mmrl"),
-    "clip_lora+roles": Entry("clip_lora_roles", "clip_lora", "CLIP-LoRA + head roles: no update of a Generalization head's "
-                             "q, k, v", protocols=FEW_SHOT_ONLY, reads_roles=True, plain="clip_lora"),
+    "clip_lora+roles": Entry("clip_lora_roles", "clip_lora", "CLIP-LoRA + head roles: no update of a Generalization "
+                             "head's q, k, v", protocols=FEW_SHOT_ONLY, reads_roles=True, plain="clip_lora"),
 }
 # names a plugin may not take: the built-in methods' and the recipe files' (a plugin's recipe is named after it)
 RESERVED = frozenset({*REGISTRY, "dassl", ROLES_RECIPE, *(e.recipe for e in REGISTRY.values())})

@@ -6,8 +6,9 @@ Layout: the base-to-novel average table first, then one small table per
 dataset, unseen classes under both inferences, each stream's own accuracy,
 the transfer protocols, few-shot learning (a column per shot count), the
 paired differences with their intervals and
-verdicts, what DeAR's head roles change in each method that has a `+roles` variant, the head roles and their validation, the published numbers beside
-ours (or why there are none); the best mean of every column is in bold.
+verdicts, what DeAR's head roles change in each method run with and without
+them (`+roles`), the head roles and their validation, the published numbers
+beside ours (or why there are none); the best mean of every column is in bold.
 """
 
 from __future__ import annotations
@@ -233,8 +234,8 @@ def _role_changes(frame: pd.DataFrame, page: Page) -> list[str]:
              "Each method with DeAR's head roles (`+roles`: the Generalization heads of the study's roles table never "
              "read the method's image tokens, nor take its weight updates) minus the same method without them: the "
              "same recipe, few-shot samples, seeds and test images, so the difference is the roles' alone. Each "
-             f"cell: Δ [{pct} interval over seeds] [{pct} interval over test images] verdict, as in the paired "
-             "differences above (per dataset there: the pairs `<method>+roles − <method>`).", ""]
+             f"cell: Δ [{pct} interval over seeds] [{pct} interval over test images] verdict, computed as the paired "
+             "differences above; every dataset's: differences.csv.", ""]
     b2n = frame[(frame["protocol"] == "base_to_novel") & (frame["dataset"] == AVERAGE)]
     pairs = list(dict.fromkeys(zip(frame["method"], frame["baseline"])))
     if not b2n.empty:
