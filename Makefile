@@ -1,6 +1,6 @@
 # Entry points: `make smoke` runs every stage on a tiny study (its time: docs/configs.md), `make demo` the pipeline on the
-# embedded default, `make demo-fewshot` its few-shot figure, `make demo-2026` the demo with MMRL++ and TAC, `make test`
-# the test suite. Each creates .venv and installs on first use.
+# embedded default, `make demo-fewshot` its few-shot figure, `make demo-2026` the demo with MMRL++ and TAC, `make demo-roles`
+# the baselines with and without DeAR's head roles, `make test` the test suite. Each creates .venv and installs on first use.
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
 export HF_HUB_OFFLINE := 1
@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 # (docs/engines.md). `make clean` leaves it; `make clean-cache` empties it.
 export SNAKEMAKE_OUTPUT_CACHE ?= $(HOME)/.cache/dear/snakemake
 
-.PHONY: demo demo-fewshot demo-2026 smoke test test-slow test-cluster bench install clean clean-cache
+.PHONY: demo demo-fewshot demo-2026 demo-roles smoke test test-slow test-cluster bench install clean clean-cache
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv .venv
@@ -43,6 +43,13 @@ demo-2026: $(STAMP)
 	mkdir -p $(SNAKEMAKE_OUTPUT_CACHE)
 	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/demo-2026.yaml
 	@echo "The report is in demo-2026/report/results.md."
+
+# MaPLe, PromptSRC, MMRL and CLIP-LoRA each with and without DeAR's head roles (configs/demo-roles.yaml, written from
+# params.yaml): the demo's world, backbone, profile and recipes; its own output root (demo-roles/).
+demo-roles: $(STAMP)
+	mkdir -p $(SNAKEMAKE_OUTPUT_CACHE)
+	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/demo-roles.yaml
+	@echo "The report is in demo-roles/report/results.md (what the roles change: its last table)."
 
 # every stage of every protocol on the tiny world and backbone (its measured time: docs/configs.md): numbers that mean nothing.
 # The greedy scheduler (demo and smoke): Snakemake's default solves an ILP before each job (~20 s in all for

@@ -26,6 +26,14 @@ from here and nothing else of `dear`, so a release of `dear` that keeps
   composition of a layer's tokens with the previous layer's; `copies`,
   `one_minus_cos`); `averaging`: a weighted sum of the learnable tensors over
   epochs (`EpochAverage`, `gaussian_weights`: PromptSRC's GPA, TAC's mean).
+- `roles`: DeAR's head roles for a method run as `<name>+roles` (its
+  declaration says `roles=True`; `build(roles)` then receives the roles
+  table's heads, a list of `HeadRole`, and None for the plain method):
+  `token_masks` builds the per-head masks of the image layers holding the
+  method's tokens (pass them as `towers.run_image(..., masks=)`),
+  `adapted_heads` says which heads' weights may change, both by the rule of
+  the recipe's roles keys (`role_concepts`, `mixed_heads`: recipes/roles.yaml,
+  layered after the method's own recipe). docs/your-method.md#head-roles.
 - `Recipe`, `Key`, `PROTOCOLS`, `KINDS`: a resolved recipe (what `build`
   and `step` read: `self.recipe.lr`, `self.recipe.get("template")`) and the
   recipe file's schema (a key's type vocabulary, the protocols, the kinds of
@@ -52,11 +60,14 @@ VERSION = CONTRACT_VERSION  # the contract's version: a plugin states the one it
 if TYPE_CHECKING:  # for readers and type checkers; loaded lazily below
     from dear.methods import prompts, representation, towers
     from dear.methods.base import MethodModel, Step, check_layer, cross_entropy
+    from dear.model import head_roles as roles
     from dear.model import internals
+    from dear.model.masks import HeadRole
     from dear.train import averaging
 
 __all__ = ["VERSION", "Method", "MethodModel", "Step", "cross_entropy", "check_layer", "towers", "prompts",
-           "internals", "representation", "averaging", "Recipe", "Key", "PROTOCOLS", "KINDS", "DearError"]
+           "internals", "representation", "averaging", "roles", "HeadRole", "Recipe", "Key", "PROTOCOLS", "KINDS",
+           "DearError"]
 
 
 def __getattr__(name: str) -> Any:
@@ -64,11 +75,14 @@ def __getattr__(name: str) -> Any:
     fingerprints (dear.codegraph) follow a plugin's `from dear.contract import towers` to the module it runs."""
     if name in ("MethodModel", "Step", "cross_entropy", "check_layer"):
         return getattr(importlib.import_module("dear.methods.base"), name)
+    if name == "HeadRole":
+        return importlib.import_module("dear.model.masks").HeadRole
     modules = {"towers": lambda: importlib.import_module("dear.methods.towers"),
                "prompts": lambda: importlib.import_module("dear.methods.prompts"),
                "internals": lambda: importlib.import_module("dear.model.internals"),
                "representation": lambda: importlib.import_module("dear.methods.representation"),
-               "averaging": lambda: importlib.import_module("dear.train.averaging")}
+               "averaging": lambda: importlib.import_module("dear.train.averaging"),
+               "roles": lambda: importlib.import_module("dear.model.head_roles")}
     if name in modules:
         return modules[name]()
     raise AttributeError(f"module 'dear.contract' has no attribute {name!r}")

@@ -116,6 +116,7 @@ def code(stage: str, method: str | None = None, dataset: str | None = None) -> C
     counts (train-maple, prepare-world_objects, world, train-clip_adapter).
     """
     from dear import methods
+    from dear.methods import ROLES_RECIPE
     from dear.methods.recipe import recipe_files
 
     entry = methods.entry(method) if method else None
@@ -129,7 +130,8 @@ def code(stage: str, method: str | None = None, dataset: str | None = None) -> C
     modules = codegraph.closure(roots)
     files = codegraph.fingerprints([codegraph.relative_file(m) for m in modules] + codegraph.resources(modules))
     if entry:
-        files.update(codegraph.fingerprints([codegraph.file_key(path) for path in recipe_files(entry.recipe)]))
+        paths = recipe_files(entry.recipe) + (recipe_files(ROLES_RECIPE) if entry.plain else [])  # +roles: roles.yaml
+        files.update(codegraph.fingerprints([codegraph.file_key(path) for path in paths]))
     if stage in CACHED:
         files.update(_versions())
     names = []

@@ -13,6 +13,7 @@ a test keeps the two in step.
 
 from __future__ import annotations
 
+import os
 import sys
 import typing
 from pathlib import Path
@@ -254,6 +255,7 @@ class Train(Section):
     checkpoint_every: int = Field(ge=1, description="steps between resumable checkpoints")
     _templates: dict[str, str] = PrivateAttr(default_factory=dict)  # dataset -> data.custom.<dataset>.template
     _own: frozenset[str] = PrivateAttr(default_factory=frozenset)  # the datasets of one's own (data.custom)
+    _roles: dict | None = PrivateAttr(default=None)  # the study's roles, recorded by a `+roles` variant's recipe
 
     @field_validator("method")
     @classmethod
@@ -264,7 +266,7 @@ class Train(Section):
         """The resolved recipe (`dear.methods.recipe.Recipe`) of one run: what the trainer and the model read
         (`shots`: the few_shot protocol's K)."""
         return resolve(self.recipes, method, dataset, protocol, shots, self._templates.get(dataset),
-                       own=dataset in self._own)
+                       own=dataset in self._own, roles=self._roles)
 
 
 def _registered_method(name: str) -> str:
@@ -477,6 +479,18 @@ class Params(Section):
         templates = {name: entry.template for name, entry in self.data.custom.items() if entry.template is not None}
         if templates:
             self.train._templates = templates
+        return self
+
+    @model_validator(mode="after")
+    def _study_roles(self) -> "Params":
+        """The roles a `+roles` variant trains with, recorded in its recipe (`Train.recipe`): the study's profile."""
+        rule = self.profile.roles
+        unit = " (quantiles of all profiled heads)" if rule.mode == "quantile" else " bits"
+        table = os.path.normpath(os.path.join(self.output_root, "roles", self.profile.dataset, "roles.parquet"))
+        self.train._roles = {
+            "roles_table": (table, "profile.dataset: the table `dear profile` writes for the study"),
+            "roles_threshold": (f"Concept Entropy H <= {rule.low} attribute, H >= {rule.high} generalization{unit}",
+                                "profile.roles (mode, low, high)")}
         return self
 
     @model_validator(mode="after")

@@ -119,10 +119,10 @@ def _is_params_key(key: str) -> bool:
 
 def _is_recipe_key(parts: list[str]) -> bool:
     """train.recipes.OWNER[.datasets.DATASET | .transfer][.KEY]: a recipe (or `all`) and a key one of them has."""
-    from dear.methods import REGISTRY
+    from dear.methods import REGISTRY, ROLES_RECIPE
     from dear.methods.recipe import SHARED, load
 
-    recipes = sorted({entry.recipe for entry in REGISTRY.values()})
+    recipes = sorted({entry.recipe for entry in REGISTRY.values()} | {ROLES_RECIPE})  # roles: the `+roles` keys
     owners = fnmatch.filter([SHARED, *recipes], parts[0])
     rest = parts[1:]
     if rest[:1] == ["datasets"]:

@@ -264,3 +264,18 @@ def test_a_protocol_that_is_off_makes_no_job_in_either_engine(project, tmp_path,
         methods = yaml.safe_load(config.read_text())["study"]["methods"]
         assert len(trained) == len(methods) * len(few["datasets"]) * len(few["shots"])
         assert any(f"--fewshot {name}/data/eurosat/fewshot-shots4-seed{{seed}}.parquet" in c for c in trained)
+
+
+def test_role_variants_read_the_study_s_roles_table_in_both_engines(project):
+    """`maple+roles` and the other variants are jobs of their own in both engines (a `+` in a name is no regex's
+    and no DVC stage's problem), each depending on the roles table of `dear profile`, as DeAR's do."""
+    config = "configs/demo-roles.yaml"
+    root = yaml.safe_load((ROOT / config).read_text())["output_root"]
+    snake = snakemake_graph(project, options=["--configfile", config])
+    run([sys.executable, "workflow/scripts/dvc_study.py", config], project)
+    assert_same_graph(snake, dvc_graph(project, f"{root}/dvc.yaml"))
+    trained = {command.split("--method ")[1].split()[0]: step for command, step in snake.items()
+               if command.startswith("dear train")}
+    assert {"maple+roles", "promptsrc+roles", "mmrl+roles", "clip_lora+roles"} <= set(trained)
+    for method in ("maple+roles", "clip_lora+roles", "dear"):
+        assert any(dep.startswith(f"{root}/roles/") for dep in trained[method].deps), method

@@ -217,6 +217,8 @@ def test_a_dataset_of_ones_own_gets_the_neutral_recipe_and_its_template(tmp_path
                 assert setting.value == "a close photo of a {}." and setting.source == "data.custom.mine.template"
             elif key == "min_steps":  # the one value of ours for every dataset of one's own (dassl.yaml `own`)
                 assert setting.kind == "ours" and neutral.settings[key].value is None
+            elif key in ("roles_table", "roles_threshold"):  # a `+roles` variant's: the study's profile, any dataset
+                assert setting.source.startswith("profile.")
             else:
                 assert setting == neutral.settings[key], (method, key)
         if "template" in recipe.settings:

@@ -217,3 +217,59 @@ def test_the_page_documents_each_tower_function_with_its_real_arguments_and_the_
     assert named and all(hasattr(internals, name) for name in named), sorted(n for n in named
                                                                               if not hasattr(internals, n))
     assert "**and `ln_pre`**" in section and "frozen_depth" in section
+
+
+ROLE_AWARE_BODY = '''
+    def build(self, roles):
+        self.token = nn.Parameter(torch.randn(1, self.vision.width))
+        self.head_roles = roles  # the roles table's heads for name+roles, None for the plain method
+
+    @property
+    def frozen_depth(self):
+        return self.vision.layers - 1
+
+    def encode(self, prefix):
+        from dear.contract import internals, roles
+
+        last, r = self.vision.layers, self.recipe
+        masks = None if self.head_roles is None else roles.token_masks(
+            self.head_roles, list(r.role_concepts), r.mixed_heads, range(last, last + 1), self.vision.heads,
+            prefix.shape[1], 1)
+        rows = towers.run_image(self.vision, prefix, last, lambda layer, previous: self.token[None],
+                                range(last, last + 1), append_at=last, masks=masks)
+        return torch.nn.functional.normalize(internals.image_embedding(self.clip, rows[:, 0]), dim=-1)[:, None]
+'''
+
+
+def test_a_plugin_declared_with_roles_runs_with_deARs_roles_through_the_contract(tmp_path):
+    """`roles=True` in its declaration: `<name>+roles` is a method, its recipe the plugin's then roles.yaml, its model
+    given the roles table's heads, which the contract's mask builder turns into DeAR's mask."""
+    import torch
+
+    from dear.methods import create
+    from dear.methods.recipe import resolve
+    from tests.methods_tools import Backbone, layer_roles
+    from tests.tiny_clip import tiny_clip
+
+    init = ("from dear.contract import Method\n\nMETHOD = Method(model='role_aware.model:Model', "
+            "recipe='role_aware:recipe.yaml', title='a test plugin', contract=1, roles=True)\n")
+    with installed_plugin(tmp_path / "site", "role_aware", trains=True, init=init, model_body=ROLE_AWARE_BODY) as name:
+        assert f"{name}+roles" in available() and entry(f"{name}+roles").reads_roles
+        assert entry(f"{name}+roles").plain == name and not entry(name).reads_roles
+        recipe = resolve({"roles": {"mixed_heads": "closed"}}, f"{name}+roles", "world_objects", "base_to_novel")
+        assert recipe.mixed_heads == "closed"
+        assert recipe.settings["mixed_heads"].source == "train.recipes.roles.mixed_heads"
+        concepts = recipe.settings["role_concepts"]
+        assert concepts.kind == "paper" and "SPEC §3" in concepts.source
+        clip, images = tiny_clip(), torch.randn(2, 3, 32, 32)
+        closed = layer_roles([("generalization", "other")] * 4)
+        variant = create(f"{name}+roles", Backbone(clip), recipe, closed)
+        plain = create(name, Backbone(clip), resolve({}, name, "world_objects", "base_to_novel"))
+        frozen = torch.nn.functional.normalize(clip.encode_image(images), dim=-1)
+        with torch.no_grad():
+            torch.testing.assert_close(variant.encode(variant.image_prefix(images))[:, 0], frozen)
+            assert not torch.allclose(plain.encode(plain.image_prefix(images))[:, 0], frozen, atol=1e-4)
+    with installed_plugin(tmp_path / "site2", "roleless", trains=True) as name:
+        assert f"{name}+roles" not in available()
+        with pytest.raises(DearError, match=r"roleless has no variant with DeAR's head roles.*roles=True"):
+            entry(f"{name}+roles")

@@ -670,3 +670,40 @@ def test_pictures_show_the_methods_that_ran_with_the_tables_intervals_and_nothin
     assert ax.get_xlim()[0] <= logs["step"].min() and ax.get_xlim()[1] >= logs["step"].max()
     low, high = ax.get_ylim()
     assert all(low <= y <= high for line in ax.get_lines() for y in line.get_ydata())
+
+
+def test_what_the_roles_change_pairs_each_variant_with_its_plain_method(tmp_path):
+    """maple+roles against maple on the same seeds and images, in a table of its own and a figure; by hand:
+    Base 78 - 80 and 80 - 82 -> -2.00 on both seeds; Novel 66 - 60, 64 - 58 -> +6.00; HM per seed
+    2*78*66/144 - 2*80*60/140 = 71.5 - 68.5714 and 2*80*64/144 - 2*82*58/140 = 71.1111 - 67.9429 -> +3.05;
+    cross-dataset dsB 55 - 50 on both seeds -> +5.00."""
+    numbers = {"maple": {1: (80, 60, 50), 2: (82, 58, 50)}, "maple+roles": {1: (78, 66, 55), 2: (80, 64, 55)},
+               "zeroshot": {1: (70, 75, 62), 2: (70, 75, 62)}}
+    evals = []
+    for method, by_seed in numbers.items():
+        for seed, (base, novel, cross) in by_seed.items():
+            rows = split_rows(method, "dsA", seed, "base_to_novel", "dsA", "base", base)
+            rows += split_rows(method, "dsA", seed, "base_to_novel", "dsA", "novel", novel, first_label=4)
+            rows += split_rows(method, "dsA", seed, "cross_dataset", "dsB", "all", cross)
+            evals.append(tmp_path / f"{method}/seed{seed}/eval.parquet")
+            write_eval(evals[-1], rows, provenance={"params": {"fusion": {"novel": "cls"}}, "seed": seed})
+    params = write_params(tmp_path, methods=["zeroshot", "maple", "maple+roles"], compare="maple+roles")
+    params_raw = yaml.safe_load(params.read_text())
+    params_raw["data"]["seeds"] = [1, 2]
+    params.write_text(yaml.safe_dump(params_raw, sort_keys=False))
+    result = invoke(params, tmp_path / "report", evals)
+    assert result.exit_code == 0, result.output
+    markdown = (tmp_path / "report/results.md").read_text()
+    changes = table_after(markdown, "## What the roles change")
+    assert changes.splitlines()[0] == "| Pair | ΔBase | ΔNovel | ΔHM | n |"
+    row = changes.splitlines()[2]
+    assert row.startswith("| maple+roles − maple | -2.00 [-2.00, -2.00] ") and "| +6.00 [+6.00, +6.00] " in row
+    assert "| +3.05 [" in row and row.endswith("| 2 |")
+    transfer = table_after(markdown.split("## What the roles change")[1], "Transfer and few-shot")
+    assert "| maple+roles − maple | Cross-dataset from dsA | +5.00 [+5.00, +5.00]" in transfer
+    assert (tmp_path / "report/roles_change.png").read_bytes().startswith(b"\x89PNG")
+    frame = pd.read_csv(tmp_path / "report/differences.csv")
+    pairs = list(dict.fromkeys(zip(frame["method"], frame["baseline"])))
+    assert pairs == [("maple+roles", "zeroshot"), ("maple+roles", "maple")]  # the compared pair once
+    metrics = json.loads((tmp_path / "report/metrics.json").read_text())
+    assert metrics["differences"]["maple+roles_minus_maple"]["base"] == pytest.approx(-2.0)

@@ -29,10 +29,12 @@ def test_the_smoke_config_is_written_from_params_yaml():
 
 def test_the_smoke_study_runs_the_demo_s_methods_and_every_protocol():
     smoke, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (PATH, "params.yaml"))
-    from dear.docs.smoke import EXTRA_METHODS, METHODS_2026, SMOKE
+    from dear.docs.smoke import EXTRA_METHODS, METHODS_2026, ROLE_VARIANTS, SMOKE
 
     methods = ["zeroshot", *EXTRA_METHODS, *demo["study"]["methods"][1:]]  # and lpclip, ..., and the 2026 table's two
     methods[methods.index("mmrl") + 1:methods.index("mmrl") + 1] = list(METHODS_2026)
+    for variant in ROLE_VARIANTS:  # ... and each `+roles` variant right after its plain method
+        methods.insert(methods.index(variant.removesuffix("+roles")) + 1, variant)
     assert smoke["study"]["methods"] == methods
     sized = [key.split(".")[2:] for key in SMOKE if key.startswith("train.recipes.")]  # the tiny towers' depths, ...
     for recipe in (smoke, demo):
@@ -65,7 +67,8 @@ def test_the_demo_s_few_shot_config_is_the_demo_with_its_protocol_alone_and_make
     at = lpclip.index("mmrl") + 1
     assert few["study"]["methods"] == [*lpclip[:at], "mmrlpp", "tac", *lpclip[at:]]  # ... MMRL++ and TAC beside MMRL
     assert sorted(few["study"]["methods"]) == sorted(name for name, entry in REGISTRY.items()
-                                                     if "few_shot" in entry.protocols)  # every built-in method
+                                                     if "few_shot" in entry.protocols and not entry.plain)  # every
+    # built-in method (its `+roles` variants: the smoke study and make demo-roles)
     assert few["report"] == demo["report"]  # report.methods: the study's
     assert few["data"]["seeds"] == [1]
     assert few["study"]["few_shot"] == {"datasets": ["world_objects_sketch"], "shots": [1, 4, 16]}
@@ -91,6 +94,24 @@ def test_the_2026_demo_config_is_the_demo_with_mmrlpp_and_tac_beside_mmrl_and_ma
     makefile = (ROOT / "Makefile").read_text()
     assert f"--configfile {DEMO_2026_PATH}" in makefile.partition("\ndemo-2026:")[2].partition("\n\n")[0]
     assert "make demo-2026" in (ROOT / "README.md").read_text()
+
+
+def test_the_roles_demo_config_runs_each_baseline_beside_its_variant_and_make_demo_roles_runs_it():
+    from dear.docs.smoke import DEMO_ROLES_PATH, ROLE_VARIANTS, demo_roles_text
+    from dear.methods import entry
+
+    assert (ROOT / DEMO_ROLES_PATH).read_text() == demo_roles_text(ROOT), "stale: run `python -m dear.docs`"
+    new, demo = (yaml.safe_load((ROOT / name).read_text()) for name in (DEMO_ROLES_PATH, "params.yaml"))
+    methods = new["study"]["methods"]
+    for variant in ROLE_VARIANTS:
+        assert methods[methods.index(variant) - 1] == entry(variant).plain
+    assert {"zeroshot", "dear"} <= set(methods)
+    assert {**new["study"], "methods": demo["study"]["methods"]} == demo["study"]  # the demo's protocols
+    for section in ("world", "backbone", "model", "train", "profile", "evaluate", "report"):  # recipes, roles
+        assert new[section] == demo[section], section
+    assert new["output_root"] == "demo-roles" and check_file(ROOT / DEMO_ROLES_PATH)[1] == []
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"--configfile {DEMO_ROLES_PATH}" in makefile.partition("\ndemo-roles:")[2].partition("\n\n")[0]
 
 
 def test_every_config_s_output_root_but_the_demo_s_is_git_ignored():

@@ -32,8 +32,9 @@ def test_fewest_steps_is_the_shortest_base_to_novel_run_of_the_baselines_authors
     the classes (CoOp's ceil(n / 2)) at 16 shots, Dassl's steps an epoch. Never chosen on anyone's accuracy."""
     steps = {}
     for method, entry in REGISTRY.items():
-        if not load(entry.recipe).trains or "base_to_novel" not in entry.protocols:
-            continue  # nothing trains, or its authors run few-shot learning only (Tip-Adapter-F, CLIP-LoRA)
+        if not load(entry.recipe).trains or "base_to_novel" not in entry.protocols or entry.plain:
+            continue  # nothing trains, or its authors run few-shot learning only (Tip-Adapter-F, CLIP-LoRA), or a
+            # `+roles` variant (its plain method's recipe: no author ran it)
         for dataset, spec in SPECS.items():
             if spec.test_only or spec.coop_classes is None or dataset.startswith("world_"):
                 continue

@@ -182,7 +182,7 @@ def few_shot_recipes(root: Path) -> str:
     rows = []
     for method in REGISTRY:
         spec = load(entry(method).recipe)
-        if not spec.trains:
+        if not spec.trains or entry(method).plain:  # a `+roles` variant: its plain method's recipe
             continue
         few = spec.few_shot
         layers = [*few.recipe, *(layer for k in sorted(few.shots) for layer in few.shots[k])]

@@ -2,9 +2,9 @@
 
 The smoke study runs every stage of every protocol of the demo, and few-shot
 learning (one dataset, two shot counts), with the demo's methods
-(`study.methods`), linear_probe, Tip-Adapter-F and CLIP-LoRA (EXTRA_METHODS) and MMRL++ and TAC
-(METHODS_2026), and the demo's recipes, on the tiny world and
-backbone of the tests (`dear.data.world.tiny_params`): one seed, two shots,
+(`study.methods`), linear_probe, Tip-Adapter-F and CLIP-LoRA (EXTRA_METHODS), MMRL++ and TAC
+(METHODS_2026), the `+roles` variants beside their plain methods (ROLE_VARIANTS), and the demo's
+recipes, on the tiny world and backbone of the tests (`dear.data.world.tiny_params`): one seed, two shots,
 three datasets (one base-to-novel set that is also the transfer source, one
 cross-dataset target, one domain-shift target). Its report says at the top
 that its numbers mean nothing (`dear.stages.report.notes`). Everything but
@@ -88,6 +88,23 @@ def with_extra_methods(raw: dict) -> dict:
     return raw
 
 
+# the baselines with DeAR's head roles (dear/methods/roles.py and a module per variant), each beside its plain
+# method: the smoke study and make demo-roles, not the demo
+ROLE_VARIANTS = ("maple+roles", "promptsrc+roles", "mmrl+roles", "clip_lora+roles")
+
+
+def with_role_variants(raw: dict) -> dict:
+    """`raw` with each of ROLE_VARIANTS right after its plain method in study.methods and report.methods (where
+    given and where the plain method is listed; in place; returned)."""
+    for section in ("study", "report"):
+        methods = raw[section].get("methods")
+        for name in ROLE_VARIANTS if methods is not None else ():
+            plain = name.removesuffix("+roles")
+            if plain in methods and name not in methods:
+                methods.insert(methods.index(plain) + 1, name)
+    return raw
+
+
 # The one measurement of the smoke study's time: every page that quotes it (README.md, docs/configs.md) and this
 # config's header are written from it (`smoke_time`), so they cannot disagree. Remeasure after the study changes
 # (`time make smoke` on a clean clone) and change it here only.
@@ -112,7 +129,8 @@ HEADER = f"""\
 #   python workflow/scripts/dvc_study.py configs/smoke.yaml && dvc repro smoke/dvc.yaml
 # Written by `python -m dear.docs` from params.yaml (the demo) and dear/docs/smoke.py: edit those,
 # not this file; every value not changed there is the demo's, the methods included (and linear_probe,
-# tip_adapter_f and clip_lora; MMRL++ and TAC, whose demo values params.yaml holds for make demo-2026).
+# tip_adapter_f and clip_lora; MMRL++ and TAC, whose demo values params.yaml holds for make demo-2026;
+# maple+roles, promptsrc+roles, mmrl+roles and clip_lora+roles, each beside its plain method).
 """
 
 
@@ -120,7 +138,7 @@ def smoke_params(demo: dict) -> dict:
     """The smoke study's params: the demo's (`demo`, params.yaml as read) with the tiny sections and SMOKE."""
     raw = copy.deepcopy(demo)
     raw.update(copy.deepcopy(tiny_params()))
-    return with_2026_methods(with_extra_methods(_changed(raw, SMOKE)))
+    return with_role_variants(with_2026_methods(with_extra_methods(_changed(raw, SMOKE))))
 
 
 def _changed(raw: dict, changes: dict) -> dict:
@@ -198,6 +216,31 @@ def demo_2026_text(root: Path) -> str:
     return _written(root, DEMO_2026_HEADER, lambda demo: with_2026_methods(_changed(demo, DEMO_2026)))
 
 
+# --- configs/demo-roles.yaml: the baselines with and without DeAR's head roles (`make demo-roles`) -------------------
+
+DEMO_ROLES_PATH = "configs/demo-roles.yaml"
+DEMO_ROLES = {  # dotted key: its value; every other key is the demo's (world, backbone, protocols, recipes, profile)
+    "output_root": "demo-roles",
+    "data.root": "demo-roles/world",
+    "study.methods": ["zeroshot", "maple", "promptsrc", "mmrl", "clip_lora", "dear"],  # + each one's variant
+}
+DEMO_ROLES_HEADER = """\
+# Does DeAR's head-role split help other methods? MaPLe, PromptSRC, MMRL and CLIP-LoRA each beside its `+roles`
+# variant (the same recipe, picks and seeds, with the Generalization heads of the demo's roles table isolated from
+# what the method learns), zero-shot CLIP and DeAR for reference, in the demo's three protocols (`make demo-roles`;
+# outputs in demo-roles/). The world, backbone, profile and recipes are the demo's values; its report's "What the
+# roles change" table gives each variant's paired difference against its plain method. Written by
+# `python -m dear.docs` from params.yaml and dear/docs/smoke.py (DEMO_ROLES): edit those, not this file.
+#   snakemake --cores 2 --scheduler greedy --configfile configs/demo-roles.yaml    (what make demo-roles runs)
+#   python workflow/scripts/dvc_study.py configs/demo-roles.yaml && dvc repro demo-roles/dvc.yaml
+"""
+
+
+def demo_roles_text(root: Path) -> str:
+    """configs/demo-roles.yaml as `python -m dear.docs` writes it."""
+    return _written(root, DEMO_ROLES_HEADER, lambda demo: with_role_variants(_changed(demo, DEMO_ROLES)))
+
+
 # --- examples/<package>/smoke.yaml: the smoke study with an example's plugin method (docs/your-method.md) ----------
 
 EXAMPLES = {  # package folder under examples/: its method, its name in words, its keys for the 2-layer smoke towers
@@ -234,5 +277,5 @@ def example_smoke_text(folder: str):
 
 
 GENERATED = {PATH: smoke_text, DEMO_FEWSHOT_PATH: demo_fewshot_text,  # the configs `python -m dear.docs` writes
-             DEMO_2026_PATH: demo_2026_text,
+             DEMO_2026_PATH: demo_2026_text, DEMO_ROLES_PATH: demo_roles_text,
              **{f"examples/{folder}/smoke.yaml": example_smoke_text(folder) for folder in EXAMPLES}}

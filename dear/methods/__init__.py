@@ -7,7 +7,12 @@ it needs torch) and the recipe it trains with, plain data in
 params validation and the engines read without importing torch.
 
 Adding a built-in method: its module (a `MethodModel` subclass,
-`dear/methods/base.py`), one line here, and its recipe file. A method of
+`dear/methods/base.py`), one line here, and its recipe file. A `+roles`
+entry is a method run with DeAR's head roles (`dear.methods.roles`, a module
+per variant): the
+plain method's recipe, then `recipes/roles.yaml`, and the roles table of
+`dear profile`; an installed method has one when its declaration says
+`roles=True` (docs/your-method.md#head-roles). A method of
 one's own needs no edit of `dear`: an installed package declares it under the
 `dear.methods` entry-point group (`dear.methods.plugins`,
 docs/your-method.md), and `entry` finds it by name like a built-in one.
@@ -15,6 +20,7 @@ docs/your-method.md), and `entry` finds it by name like a built-in one.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 
@@ -30,6 +36,8 @@ class Entry:
     scores: str = ""  # "" any class list (a prompt names any class); else why it scores only some (shown for "—")
     plugin: plugins.Plugin | None = None  # the installed package that declares it; None: built into dear
     protocols: tuple[str, ...] = plugins.PROTOCOLS  # those it runs in (what dear.testing exercises)
+    reads_roles: bool = False  # trains with the roles table of `dear profile` (dear; every `+roles` variant)
+    plain: str = ""  # a `+roles` variant: the plain method it runs with DeAR's head roles (else "")
 
     @property
     def module_name(self) -> str:
@@ -41,6 +49,8 @@ FITTED_CLASSES = ("a linear probe has a classifier only for the classes of its t
                   "no other dataset's")
 
 
+ROLES = "+roles"  # the suffix of a method run with DeAR's head roles (dear.methods.roles)
+ROLES_RECIPE = "roles"  # recipes/roles.yaml: the roles' keys, layered after the plain method's recipe
 FEW_SHOT_ONLY = ("few_shot",)  # the protocol their authors' code runs (the studies may run them in others too)
 
 REGISTRY: dict[str, Entry] = {
@@ -56,14 +66,23 @@ REGISTRY: dict[str, Entry] = {
     "mmrlpp": Entry("mmrlpp", "mmrlpp", "MMRL++: MMRL's tokens through shared-residual aligners, composed layer to layer"),
     "tac": Entry("tac", "tac", "TAC: PromptSRC-style deep prompts led by task-cluster tokens of the class features"),
     "dear_nomask": Entry("dear", "dear", "DeAR without its role mask (the ablation)"),
-    "dear": Entry("dear", "dear", "DeAR: attribute tokens behind a per-head role mask"),
+    "dear": Entry("dear", "dear", "DeAR: attribute tokens behind a per-head role mask", reads_roles=True),
     "tip_adapter_f": Entry("tip_adapter_f", "tip_adapter_f", "Tip-Adapter-F: a cache of the shots' features beside "
                            "CLIP's classifier, its keys fine-tuned", protocols=FEW_SHOT_ONLY),
     "clip_lora": Entry("clip_lora", "clip_lora", "CLIP-LoRA: low-rank updates of q, k, v in both towers",
                        protocols=FEW_SHOT_ONLY),
+    # the baselines with DeAR's head roles: the Generalization heads never read what the method learns
+    "maple+roles": Entry("maple_roles", "maple", "MaPLe + head roles: its image prompts behind DeAR's role mask",
+                         reads_roles=True, plain="maple"),
+    "promptsrc+roles": Entry("promptsrc_roles", "promptsrc", "PromptSRC + head roles: its image prompts behind DeAR's "
+                             "role mask", reads_roles=True, plain="promptsrc"),
+    "mmrl+roles": Entry("mmrl_roles", "mmrl", "MMRL + head roles: its image tokens behind DeAR's role mask",
+                        reads_roles=True, plain="mmrl"),
+    "clip_lora+roles": Entry("clip_lora_roles", "clip_lora", "CLIP-LoRA + head roles: no update of a Generalization "
+                             "head's q, k, v", protocols=FEW_SHOT_ONLY, reads_roles=True, plain="clip_lora"),
 }
 # names a plugin may not take: the built-in methods' and the recipe files' (a plugin's recipe is named after it)
-RESERVED = frozenset({*REGISTRY, "dassl", *(e.recipe for e in REGISTRY.values())})
+RESERVED = frozenset({*REGISTRY, "dassl", ROLES_RECIPE, *(e.recipe for e in REGISTRY.values())})
 
 
 def names() -> list[str]:
@@ -73,14 +92,18 @@ def names() -> list[str]:
 
 def available() -> list[str]:
     """The built-in methods, then every method an installed package declares that can be used (by name)."""
-    return [*REGISTRY, *(found.name for found in plugins.discovered() if isinstance(found, plugins.Plugin)
-                         and found.name not in RESERVED and found.method.contract == plugins.CONTRACT_VERSION)]
+    usable = [found for found in plugins.discovered() if isinstance(found, plugins.Plugin)
+              and found.name not in RESERVED and found.method.contract == plugins.CONTRACT_VERSION]
+    return [*REGISTRY, *(name for found in usable for name in (found.name, *([found.name + ROLES]
+                                                                            if found.method.roles else [])))]
 
 
 def entry(name: str) -> Entry:
     """The registry's entry of `name`, or the entry of the installed plugin that declares it."""
     if name in REGISTRY:
         return REGISTRY[name]
+    if name.endswith(ROLES):
+        return _with_roles(name.removesuffix(ROLES))
     found = next((item for item in plugins.discovered() if item.name == name), None)
     if found is None:
         raise DearError(f"unknown method {name!r}; choose one of {', '.join(available())}, or install a package "
@@ -93,6 +116,17 @@ def entry(name: str) -> Entry:
         raise DearError(plugins.wrong_contract(found))
     method = found.method
     return Entry(found.module, found.name, method.title, method.scores, plugin=found, protocols=method.protocols)
+
+
+def _with_roles(plain: str) -> Entry:
+    """The `+roles` variant of an installed method whose declaration says `roles=True`."""
+    found = entry(plain)
+    if found.plugin is None or not found.plugin.method.roles:
+        having = [name for name in REGISTRY if name.endswith(ROLES)]
+        raise DearError(f"unknown method {plain + ROLES!r}: {plain} has no variant with DeAR's head roles; those that "
+                        f"do: {', '.join(having)}, and installed methods declared with roles=True "
+                        "(docs/your-method.md#head-roles)")
+    return dataclasses.replace(found, title=f"{found.title}, with DeAR's head roles", reads_roles=True, plain=plain)
 
 
 def model_class(name: str):

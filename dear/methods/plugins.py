@@ -46,7 +46,9 @@ class Method:
     title: one line for tables and `dear recipe`;
     contract: the `dear.contract.VERSION` the method was written for;
     scores: "" when a prompt names any class, else why it scores only some (a linear probe: its own classes);
-    protocols: those its author runs it in, each exercised by `dear.testing` (default: all of them).
+    protocols: those its author runs it in, each exercised by `dear.testing` (default: all of them);
+    roles: True when the method can run with DeAR's head roles: `<name>+roles` is then a method too, whose model
+    receives the roles table's heads in `build(roles)` (docs/your-method.md#head-roles).
     """
 
     model: str
@@ -55,6 +57,7 @@ class Method:
     contract: int
     scores: str = ""
     protocols: tuple[str, ...] = PROTOCOLS
+    roles: bool = False
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from typing import Any
 import yaml
 
 from dear.errors import DearError
-from dear.methods import RESERVED, entry, plugins
+from dear.methods import RESERVED, ROLES_RECIPE, entry, plugins
 
 FOLDER = Path(__file__).with_name("recipes")
 PROTOCOLS = plugins.PROTOCOLS  # base_to_novel: base classes | transfer: the transfer source | few_shot: K shots, all classes
@@ -362,20 +362,22 @@ class Recipe:
 
 
 def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int | None = None,
-            template: str | None = None, own: bool = False) -> Recipe:
+            template: str | None = None, own: bool = False, roles: dict | None = None) -> Recipe:
     """The recipe of `method` trained on `dataset` (`protocol`: base_to_novel | transfer | few_shot with `shots`).
 
     `recipes` is the config's `train.recipes` mapping (already checked by `problems`). `own`: `dataset` is one
     of one's own (`data.custom`), which gets the recipe files' `own` layers. `template` is the prompt a dataset
     of one's own declares (`data.custom.<dataset>.template`): it replaces the recipe's own template, and any
-    `train.recipes` key still overrides it.
+    `train.recipes` key still overrides it. `roles`: {key: (value, source)} of the study's roles, recorded in
+    the recipe of a `+roles` variant (`roles_record`).
     """
     if protocol not in PROTOCOLS:
         raise DearError(f"protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
     if (protocol == "few_shot") != (shots is not None):
         raise DearError(f"protocol {protocol}: " + ("give the shot count K" if shots is None
                                                     else "a shot count belongs to the few_shot protocol only"))
-    spec = load(entry(method).recipe)
+    found = entry(method)
+    spec = with_roles(load(found.recipe)) if found.plain else load(found.recipe)
     settings: dict[str, Setting] = {}
     for layer in spec.layers(dataset, protocol, shots, own):
         for key, value in layer.values.items():
@@ -387,7 +389,8 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int 
         known = authors["template"]
         replaced = known.value if known.kind != "ours" and known.value != template else NOT_SET
         settings["template"] = Setting(template, read[-1], "ours", replaced)
-    for where, block in _override_blocks(recipes, spec.name, dataset, protocol, shots):
+    owners = (spec.name, ROLES_RECIPE) if found.plain else (spec.name,)
+    for where, block in _override_blocks(recipes, owners, dataset, protocol, shots):
         for key, value in block.items():
             if key not in spec.keys:
                 _unknown_override(key, where, spec)
@@ -404,7 +407,24 @@ def resolve(recipes: dict, method: str, dataset: str, protocol: str, shots: int 
     if missing:
         raise DearError(f"{path_of(spec.name)}: no value for {missing}; every key needs a default layer")
     order = list(spec.keys)
-    return Recipe(method, spec.name, dataset, protocol, {key: settings[key] for key in order}, tuple(read), shots)
+    recorded = roles_record(roles) if found.plain else {}
+    return Recipe(method, spec.name, dataset, protocol, {**{key: settings[key] for key in order}, **recorded},
+                  tuple(read), shots)
+
+
+def with_roles(spec: RecipeFile) -> RecipeFile:
+    """A `+roles` variant's recipe: the plain method's, then the keys and layers of `recipes/roles.yaml`."""
+    roles = load(ROLES_RECIPE)
+    return dataclasses.replace(spec, keys={**spec.keys, **roles.keys}, recipe=(*spec.recipe, *roles.recipe))
+
+
+def roles_record(roles: dict | None) -> dict[str, Setting]:
+    """What a run with head roles records of them, from the study's `profile` section (`Params`): its roles
+    table and the thresholds that made it; for a recipe resolved without a study, the table `dear train --roles`
+    is given."""
+    if roles is None:
+        return {"roles_table": Setting(None, "the table given to `dear train --roles`", "ours")}
+    return {key: Setting(value, source, "ours") for key, (value, source) in roles.items()}
 
 
 # --- how long a run trains -----------------------------------------------------------
@@ -461,9 +481,10 @@ def _unknown_override(key: str, where: str, spec: RecipeFile) -> None:
                     + _close(key, spec.keys))
 
 
-def _override_blocks(recipes: dict, name: str, dataset: str, protocol: str, shots: int | None = None):
-    """(dotted params key, {key: value}) of the config's layers that apply to one run, in order."""
-    for owner in (SHARED, name):
+def _override_blocks(recipes: dict, names: tuple[str, ...], dataset: str, protocol: str, shots: int | None = None):
+    """(dotted params key, {key: value}) of the config's layers that apply to one run, in order: `all`, then the
+    blocks of `names` (the recipe's; a `+roles` variant's also `roles`)."""
+    for owner in (SHARED, *names):
         block = recipes.get(owner) or {}
         where = f"train.recipes.{owner}"
         yield where, {k: v for k, v in block.items() if k not in SECTIONS}
@@ -508,7 +529,7 @@ def known_recipes(plugins: bool = True) -> list[str]:
     reads every installed package's entry points (~0.1-0.3 s): asked only when the built-in ones do not answer."""
     from dear.methods import REGISTRY, available
 
-    builtin = {spec.recipe for spec in REGISTRY.values()}
+    builtin = {spec.recipe for spec in REGISTRY.values()} | {ROLES_RECIPE}
     if not plugins:
         return sorted(builtin)
     return sorted(builtin | {name for name in available() if name not in RESERVED and loads(name)})

@@ -105,7 +105,9 @@ def as_text(params: Params, recipes: list[Recipe], source: str) -> str:
     for recipe in recipes:
         spec = load(recipe.recipe)
         shots = f", {recipe.shots} shot{'s' if recipe.shots != 1 else ''}" if recipe.shots is not None else ""
-        lines += ["", f"{recipe.method} on {recipe.dataset} ({recipe.protocol.replace('_', '-')}{shots}): {spec.title}"]
+        roles = " + DeAR's head roles (dear/methods/recipes/roles.yaml)" if entry(recipe.method).plain else ""
+        lines += ["", f"{recipe.method} on {recipe.dataset} ({recipe.protocol.replace('_', '-')}{shots}): {spec.title}"
+                      f"{roles}"]
         width = max(len(key) for key in recipe.settings)
         for key, setting in recipe.settings.items():
             value = json.dumps(setting.value)

@@ -6,8 +6,9 @@ Layout: the base-to-novel average table first, then one small table per
 dataset, unseen classes under both inferences, each stream's own accuracy,
 the transfer protocols, few-shot learning (a column per shot count), the
 paired differences with their intervals and
-verdicts, the head roles and their validation, the published numbers beside
-ours (or why there are none); the best mean of every column is in bold.
+verdicts, what DeAR's head roles change in each method run with and without
+them (`+roles`), the head roles and their validation, the published numbers
+beside ours (or why there are none); the best mean of every column is in bold.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class Page:
 
 def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None = None,
            streams: pd.DataFrame | None = None, published: pd.DataFrame | None = None,
-           inferences: pd.DataFrame | None = None) -> str:
+           inferences: pd.DataFrame | None = None, role_changes: pd.DataFrame | None = None) -> str:
+    """The page; `role_changes`: the paired differences of each `+roles` variant against its plain method."""
     lines = [
         "# Results",
         "",
@@ -83,6 +85,8 @@ def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None =
         lines += _few_shot(few, page)
     if differences is not None and not differences.empty:
         lines += _differences(differences, page)
+    if role_changes is not None and not role_changes.empty:
+        lines += _role_changes(role_changes, page)
     lines += _roles(page)
     if page.reference:
         lines += _published(published, page.setting_problems, page)
@@ -220,6 +224,35 @@ def _differences(frame: pd.DataFrame, page: Page) -> list[str]:
                                  row.dataset, "accuracy", page), str(row.n_seeds)]
                     for row in transfer.itertuples(index=False)]
             lines += _table(["Protocol", "Target", "Accuracy", "n"], rows) + [""]
+    return lines
+
+
+def _role_changes(frame: pd.DataFrame, page: Page) -> list[str]:
+    """"What the roles change": each variant minus its plain method, the Averages of every protocol."""
+    pct = f"{page.confidence:.0%}"
+    lines = ["## What the roles change", "",
+             "Each method with DeAR's head roles (`+roles`: the Generalization heads of the study's roles table never "
+             "read the method's image tokens, nor take its weight updates) minus the same method without them: the "
+             "same recipe, few-shot samples, seeds and test images, so the difference is the roles' alone. Each "
+             f"cell: Δ [{pct} interval over seeds] [{pct} interval over test images] verdict, computed as the paired "
+             "differences above; every dataset's: differences.csv.", ""]
+    b2n = frame[(frame["protocol"] == "base_to_novel") & (frame["dataset"] == AVERAGE)]
+    pairs = list(dict.fromkeys(zip(frame["method"], frame["baseline"])))
+    if not b2n.empty:
+        rows = [[f"{method} − {baseline}"] + [_difference(b2n[b2n["method"] == method], AVERAGE, metric, page)
+                                              for metric in B2N_METRICS] + [_seeds_of(b2n[b2n["method"] == method])]
+                for method, baseline in pairs if (b2n["method"] == method).any()]
+        lines += ["Base-to-novel, Average:", ""]
+        lines += _table(["Pair", "ΔBase", "ΔNovel", "ΔHM", "n"], rows) + [""]
+    others = frame[(frame["protocol"] != "base_to_novel") & (frame["dataset"] == AVERAGE)]
+    if not others.empty:
+        rows = [[f"{row.method} − {row.baseline}", _where(row),
+                 _difference(others[(others["method"] == row.method) & (others["protocol"] == row.protocol)
+                                    & (others["source"] == row.source)], AVERAGE, "accuracy", page),
+                 str(row.n_seeds)] for row in others.itertuples(index=False)]
+        lines += ["Transfer and few-shot learning, Average over the targets (datasets):", ""]
+        lines += _table(["Pair", "Protocol", "ΔAccuracy", "n"], rows) + [""]
+    lines += ["![What the roles change: each variant minus its plain method](roles_change.png)", ""]
     return lines
 
 

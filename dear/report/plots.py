@@ -1,4 +1,5 @@
-"""The report's pictures: base/novel/HM bars, accuracy against shots and training-loss curves, as PNG bytes.
+"""The report's pictures: base/novel/HM bars, accuracy against shots, training-loss curves and what DeAR's head
+roles change in each `+roles` variant, as PNG bytes.
 
 Drawn with matplotlib's object API on the Agg canvas (no pyplot state, no
 display). Each method keeps one colour in every picture. PNGs carry no
@@ -200,6 +201,46 @@ def loss_figure(logs: pd.DataFrame, listed_methods: list[str], smoothing: int) -
     shown = "raw values" if window == 1 else f"moving average over {window} steps"
     figure.suptitle(f"Training loss: each method's own objective ({shown})", fontsize=11, wrap=True)
     return figure
+
+
+def role_changes_png(changes: pd.DataFrame, listed_methods: list[str], confidence: float, dpi: int) -> bytes:
+    return _png(role_changes_figure(changes, listed_methods, confidence), dpi)
+
+
+def role_changes_figure(changes: pd.DataFrame, listed_methods: list[str], confidence: float) -> Figure:
+    """What the roles change, as a forest plot: one row per pair (`<method>+roles − <method>`) and Average (the
+    base-to-novel Base, Novel and HM; each transfer and few-shot protocol's accuracy), the point its Δ, the thin
+    whisker its interval over test images, the thick one its interval over seeds (when there are two or more)."""
+    rows = changes[(changes["dataset"] == AVERAGE) & changes["mean"].notna()]
+    if rows.empty:
+        return _message("What the roles change: no variant and plain method share a seed")
+    colors = method_colors(method_order(listed_methods, changes["method"]))
+    labels = [f"{row.method} − {row.baseline} · {_change_label(row)}" for row in rows.itertuples(index=False)]
+    figure = Figure(figsize=(8.5, 0.32 * len(rows) + 1.6), layout="constrained")
+    ax = figure.subplots()
+    y = np.arange(len(rows))[::-1]
+    for at, row in zip(y, rows.itertuples(index=False)):
+        color = colors[row.method]
+        if not np.isnan(row.image_low):
+            ax.plot([row.image_low, row.image_high], [at, at], color=color, linewidth=1.0)
+        if not np.isnan(row.seed_low):
+            ax.plot([row.seed_low, row.seed_high], [at, at], color=color, linewidth=3.5, alpha=0.45)
+        ax.plot([row.mean], [at], "o", color=color, markersize=5)
+    ax.axvline(0.0, color="0.3", linewidth=0.8)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel("Δ accuracy (points): with the roles minus without")
+    ax.grid(axis="x", alpha=0.3)
+    pct = f"{confidence * 100:g}%"
+    figure.suptitle(f"What the roles change (Averages): thin whisker the {pct} interval over test images, thick "
+                    f"the {pct} interval over seeds", fontsize=10, wrap=True)
+    return figure
+
+
+def _change_label(row) -> str:
+    if row.protocol == "base_to_novel":
+        return {"base": "Base", "novel": "Novel", "hm": "HM"}[row.metric]
+    shots = shots_of(row.protocol)
+    return f"few-shot {shots} shots" if shots is not None else row.protocol.replace("_", " ")
 
 
 def _legend(figure: Figure, handles: list, labels: list[str]) -> None:

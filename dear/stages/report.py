@@ -7,7 +7,8 @@ memory, and only then writes the output folder, which replaces the old one
 as a whole (`dear.io.output_folder`):
 
     results.md, results.csv        tables per protocol (dear.report.tables / markdown), pictures linked
-    differences.csv                paired differences (report.compare against each method) with intervals and verdicts
+    differences.csv                paired differences (report.compare against each method, and each `+roles` variant
+                                   against its plain method) with intervals and verdicts
     streams.csv                    each logit stream's own accuracy per dataset and method
     published.csv                  published numbers beside ours (rows only for a run in their setting)
     inference.csv                  unseen classes under both inferences (fusion.novel cls / fused), every dataset
@@ -16,6 +17,7 @@ as a whole (`dear.io.output_folder`):
     record.json                    the record of the run (dear.runrecord): code, params, recipes, data, environment,
                                    each job's time and memory
     base_novel.png, loss_curves.png, roles/<dataset>.png
+    roles_change.png               what the roles change: each variant minus its plain method (with a variant only)
     few_shot.png, plots/few_shot.csv   accuracy against shots (only when the eval tables hold few-shot runs)
     plots/base_novel.csv, plots/transfer.csv, plots/loss.csv   data of `dvc plots`
     paper/<protocol>.csv|md|tex    the papers' table layouts, best per column in bold (dear.report.paper)
@@ -36,6 +38,7 @@ from dear.errors import DearError
 from dear import runrecord
 from dear.io import (output_folder, provenance, read_json, read_parquet, read_provenance, sha256_file, sha256_json,
                      write_bytes, write_json)
+from dear.methods import ROLES
 from dear.methods.recipe import FEWEST_STEPS
 from dear.params import Params
 from dear.model import ablation
@@ -84,6 +87,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     pairs = comparisons(params.report_methods, params.report_compare, evals)
     differences = paired.differences(evals, pairs, paired.Options(
         confidence=params.report.confidence, resamples=params.report.bootstrap_resamples, ddof=params.report.std_ddof))
+    role_changes = paired.differences(evals, role_pairs(conventions.methods, evals), paired.Options(
+        confidence=params.report.confidence, resamples=params.report.bootstrap_resamples, ddof=params.report.std_ddof))
     streams = tables.stream_accuracy(seed_accuracy(every_stream), conventions)
     inferences = tables.both_inferences(every_stream, conventions)
     problems = reference.setting_problems(params)
@@ -98,11 +103,12 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
                          setting_problems=problems, inference=_inference(run_record),
                          notes=notes(params, inputs.train_logs) + short_runs(run_record["models"]),
                          limits=limits(evals))
-    text = markdown.render(results, page, differences, streams, published, inferences)
+    text = markdown.render(results, page, differences, streams, published, inferences, role_changes)
     files = {
         "results.md": "\n".join([text, *runrecord.markdown(run_record)]).encode(),
         "results.csv": _csv(results),
-        "differences.csv": _csv(differences),
+        "differences.csv": _csv(pd.concat([differences, role_changes]).drop_duplicates(
+            ["protocol", "source", "dataset", "method", "baseline", "metric"])),  # a variant's pair may be both
         "streams.csv": _csv(streams),
         "published.csv": _csv(published),
         "inference.csv": _csv(inferences),
@@ -114,6 +120,8 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         "plots/transfer.csv": _csv(transfer_data(results)),
         "plots/loss.csv": _csv(logs),
         **few_shot_files(results, conventions.methods, params.report.confidence, params.report.dpi),
+        **({"roles_change.png": plots.role_changes_png(role_changes, conventions.methods, params.report.confidence,
+                                                       params.report.dpi)} if not role_changes.empty else {}),
         **paper.tables(results, conventions.methods, params.report.decimals, limits(evals)),
         **{f"roles/{name}.png": data for name, data in heatmaps.items()},
     }
@@ -121,7 +129,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
         for name, data in files.items():
             write_bytes(folder / name, data)
         (folder / "paper").mkdir(exist_ok=True)  # declared by both engines: there even when no layout applies
-        write_json(folder / "metrics.json", metrics(results, differences))
+        write_json(folder / "metrics.json", metrics(results, pd.concat([differences, role_changes])))
         write_json(folder / "provenance.json", {"provenance": record})
         write_json(folder / "record.json", run_record)
     _log_summary(results, outputs.folder)
@@ -164,6 +172,14 @@ def _inference(run_record: dict) -> str:
     """fusion.novel as the eval tables record it ('cls', 'fused', or both named when they disagree)."""
     found = sorted({str(entry["fusion_novel"] or "not recorded") for entry in run_record["evaluations"]})
     return " and ".join(found) or "not recorded"
+
+
+def role_pairs(methods: list[str], evals: pd.DataFrame) -> list[tuple[str, str]]:
+    """(variant, its plain method) of every `+roles` variant whose plain method is reported too, in row order."""
+    from dear.methods import entry
+
+    shown = tables.method_order(methods, evals["method"])
+    return [(name, entry(name).plain) for name in shown if name.endswith(ROLES) and entry(name).plain in shown]
 
 
 def comparisons(methods: list[str], compare: str, evals: pd.DataFrame) -> list[tuple[str, str]]:

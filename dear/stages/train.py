@@ -2,7 +2,7 @@
 
 Reads the backbone folder, the few-shot table (the training shots of the
 base classes, or of all classes with `--classes all`: the transfer source)
-and, for `dear`, the roles table. The run's recipe is resolved once
+and, for `dear` and the `+roles` variants, the roles table. The run's recipe is resolved once
 (`train.recipes` over the method's authors' recipe, for this dataset and
 protocol) and is what the trainer reads. Writes into the output folder
 `model.pt` (learnable tensors + the method's name and resolved recipe, see
@@ -65,7 +65,7 @@ class Inputs:
     seed: int  # seeds the learnable parts' init and every batch/augmentation draw
     backbone: Path  # folder of `dear backbone` (model.pt + card.json)
     fewshot: Path  # data/<ds>/fewshot-seed<S>.parquet
-    roles: Path | None  # roles/<ds>/roles.parquet; needed by `dear` only
+    roles: Path | None  # roles/<ds>/roles.parquet; needed by `dear` and the `+roles` variants only
     classes: str = "base"  # base: base classes (base-to-novel) | all: every class (transfer source)
     shots: int | None = None  # few-shot learning: K shots per class of every class (--classes all), the recipe's K
 
@@ -111,9 +111,9 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     backbone = load_backbone(inputs.backbone)
     sha = backbone_sha256(backbone, inputs.backbone)
     roles, roles_sha = None, None
-    if name == "dear":
+    if entry(name).reads_roles:  # dear, and every `+roles` variant
         if inputs.roles is None:
-            raise DearError("--roles: method dear needs the roles table of `dear profile`; pass --roles PATH")
+            raise DearError(f"--roles: method {name} needs the roles table of `dear profile`; pass --roles PATH")
         roles, roles_sha = read_roles(inputs.roles, backbone, sha), sha256_file(inputs.roles)
     model = create(name, backbone, recipe, roles, seed=inputs.seed)
     run_hash = _run_hash(params, name, recipe, inputs, sha, roles_sha)

@@ -2,6 +2,7 @@
 # outputs go, the fan-out lists, the code each stage runs, and which jobs rerun because their outputs
 # were made otherwise than this config says (dear.stale).
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -100,7 +101,7 @@ wildcard_constraints:
     dataset=r"[^/]+",  # a folder name: data/<dataset> is prepare's output, never a file in it
     seed=r"\d+",
     shots=r"\d+",
-    method="|".join(METHODS),
+    method="|".join(re.escape(name) for name in METHODS),  # maple+roles: a `+` is not a regex's here
 
 def code(rule):
     """The input holding the code a job of `rule` runs: its code file, .dear/code/<name>.yaml under the output root
