@@ -443,8 +443,16 @@ def _recipe_problems(recipe, depth: dict, arch: str) -> list[tuple[str, str]]:
 def class_descriptions(params, params_file: str) -> list[str]:
     """The class descriptions every training job's recipe names are on this machine (TAC's: the authors'
     descriptions/<dataset>_prompt.json, fetched by `dear fetch-weights`, or a file of one's own)."""
-    recipes = [params.train.recipe(*job) for job in training_jobs(params)]
-    return descriptions.missing([recipe for recipe in recipes if recipe.get("descriptions") is not None], params_file)
+    recipes = [recipe for recipe in job_recipes(params) if recipe.get("descriptions") is not None]
+    return descriptions.missing(recipes, params_file)
+
+
+def job_recipes(params) -> list:
+    """The resolved recipe of every training job whose recipe file loads (a plugin's broken one: `study_plugins`)."""
+    from dear.methods import entry
+    from dear.methods.recipe import loads
+
+    return [params.train.recipe(*job) for job in training_jobs(params) if loads(entry(job[0]).recipe)]
 
 
 def _jobs(jobs: list[str]) -> str:

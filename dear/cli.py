@@ -763,7 +763,7 @@ def new_method(
 
 @app.command("fetch-weights")
 def fetch_weights(params: Path = ParamsOption) -> None:
-    """Download the configured open_clip weights, and TAC's class descriptions its jobs name (needs network).
+    """Download the weights and TAC's descriptions (network).
 
     model.arch + model.pretrained, into model.cache_dir; FushengHao/TAC's descriptions/<dataset>_prompt.json at a
     pinned commit, each checked against its digest, into train.recipes.tac.descriptions_dir.
@@ -775,13 +775,13 @@ def fetch_weights(params: Path = ParamsOption) -> None:
     with _one_line_errors():
         loaded = load_params(params)
         model = loaded.model
-        from dear.check import training_jobs
+        from dear.check import job_recipes
         from dear.methods import descriptions
         from dear.model.clip import resolve_arch
         from dear.model.weights import fetch_configured  # the network goes on for the download only
 
         path, sha = fetch_configured(model, resolve_arch)
-        texts = descriptions.fetch_all([loaded.train.recipe(*job) for job in training_jobs(loaded)])
+        texts = descriptions.fetch_all(job_recipes(loaded))
     if path is None:
         typer.echo(f"model.pretrained is {model.pretrained!r}: nothing to fetch")
     else:

@@ -195,8 +195,8 @@ def test_a_dry_run_of_the_paper_config_reports_its_placeholder_root_and_the_real
     assert dry.returncode == 0, dry.stderr[-2000:]
     warnings = [line for line in dry.stderr.splitlines() if line.startswith("warning: ")]
     assert warnings[0].startswith("warning: data.root: /path/to/coop-datasets not found"), dry.stderr[-2000:]
-    assert warnings[-1] == (f"warning: {PAPER}: the real run stops here before any job on 2 problem(s) of this "
-                            "machine above")
+    assert warnings[-1] == (f"warning: {PAPER}: the real run stops here before any job on 3 problem(s) of this "
+                            "machine above")  # data.root, the weights, TAC's class descriptions
     real = plan(project, "--configfile", PAPER, dry=False)
     assert real.returncode == 1 and "error: data.root: /path/to/coop-datasets not found" in real.stderr
     assert "no job was started" in real.stderr and not (project / "paper-vitb16/backbone").exists()

@@ -183,13 +183,10 @@ def encode_texts(clip, tower: oc.Tower, tokenizer, texts: list[str]) -> torch.Te
 def template_features(clip, tokenizer, templates: list[str], classnames: list[str], chunk: int = 1000) -> torch.Tensor:
     """The untouched model's class features [C, E] averaged over prompts: per class the mean of the unnormalized
     features of every template, then normalized, in fp32 whatever the model's precision (PromptSRC's teacher, TAC's
-    class descriptions). The prompts are encoded `chunk` at a time: independent rows, the same features in chunks
+    `templates` option). The prompts are encoded `chunk` at a time: independent rows, the same features in chunks
     of any size."""
-    clip = clip if oc.text_dtype(clip) == torch.float32 else copy.deepcopy(clip).float()
-    device = oc.text_positions(clip).device
-    tokens = tokenizer([prompts.hand_written(t, name).text for t in templates for name in classnames])
-    features = torch.cat([oc.encode_text(clip, oc.trim_text_padding(clip, part.to(device)))
-                          for part in tokens.split(chunk)])  # [T C, E]
+    texts = [prompts.hand_written(t, name).text for t in templates for name in classnames]
+    features = _untouched_text_features(clip, tokenizer, texts, chunk)  # [T C, E]
     mean = features.view(len(templates), len(classnames), -1).mean(0)  # [C, E], of unnormalized features
     return (mean / mean.norm(dim=-1, keepdim=True)).float()
 
@@ -197,10 +194,15 @@ def template_features(clip, tokenizer, templates: list[str], classnames: list[st
 def text_list_features(clip, tokenizer, texts: list[list[str]], chunk: int = 1000) -> torch.Tensor:
     """The untouched model's class features [C, E] from each class's own texts (TAC's descriptions: their
     encode_text(texts).mean(dim=0) per class, then the [C, E] matrix normalized), in fp32."""
+    features = _untouched_text_features(clip, tokenizer, [text for own in texts for text in own], chunk)
+    mean = torch.stack([part.mean(0) for part in features.split([len(own) for own in texts])])  # [C, E]
+    return (mean / mean.norm(dim=-1, keepdim=True)).float()
+
+
+def _untouched_text_features(clip, tokenizer, texts: list[str], chunk: int) -> torch.Tensor:
+    """The untouched model's unnormalized text features [T, E] in fp32, `chunk` texts at a time."""
     clip = clip if oc.text_dtype(clip) == torch.float32 else copy.deepcopy(clip).float()
     device = oc.text_positions(clip).device
-    tokens = tokenizer([text for class_texts in texts for text in class_texts])
-    features = torch.cat([oc.encode_text(clip, oc.trim_text_padding(clip, part.to(device)))
-                          for part in tokens.split(chunk)])  # [sum of the classes' texts, E]
-    mean = torch.stack([part.mean(0) for part in features.split([len(t) for t in texts])])  # [C, E]
-    return (mean / mean.norm(dim=-1, keepdim=True)).float()
+    tokens = tokenizer(texts)
+    return torch.cat([oc.encode_text(clip, oc.trim_text_padding(clip, part.to(device)))
+                      for part in tokens.split(chunk)])

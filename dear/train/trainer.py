@@ -174,7 +174,8 @@ def fit(run: Run) -> list[dict]:
 
 
 def _batches(run: Run, model: MethodModel, schedule: Schedule, start: int, precision: "devices.Precision"):
-    """(pixels [B, 3, S, S] or (prefix, untouched image feature), labels) of every step from `start`."""
+    """(pixels [B, 3, S, S], `Views` (k views of each image, labels repeated) or (prefix, untouched image feature),
+    labels) of every step from `start`."""
     recipe = run.recipe
     transform = train_transform(recipe, run.image_size, *run.normalization)
     k, with_img0 = recipe.get("k_transforms", 1), recipe.get("return_img0", False)
@@ -230,8 +231,10 @@ def cached_batches(cache: ViewCache, schedule: Schedule, shots: Shots, start_ste
 def _to(images, device: torch.device):
     """Pixels [B, 3, S, S], k views of each image (`Views`), or a cached (prefix, untouched image feature) pair,
     on `device`."""
-    if isinstance(images, (torch.Tensor, Views)):
-        return images.to(device, non_blocking=True) if isinstance(images, torch.Tensor) else images.to(device)
+    if isinstance(images, torch.Tensor):
+        return images.to(device, non_blocking=True)
+    if isinstance(images, Views):
+        return images.to(device)
     return tuple(None if part is None else part.to(device) for part in images)
 
 
