@@ -1,7 +1,7 @@
 """The warm server (dear/server/): a command through it behaves as one without it.
 
 The machinery is tested with a stand-in `dear.cli` (a package folder that
-holds the real `dear/server/` and `dear/reproducible.py` and a `cli.py` of
+holds the real `dear/server/`, `dear/reproducible.py` and `dear/model/__init__.py`, and a `cli.py` of
 the test's own): it echoes what it was given, waits for a signal, exits with
 a chosen code, dies of a chosen signal. Its `dear` script is the real console
 script's two lines. One server serves the module's tests; the real pipeline
@@ -54,7 +54,8 @@ def main():
               signal.getsignal(signal.SIGINT) is signal.default_int_handler)
         return
     if what == "modules":
-        print(sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "open_clip", "dear")))
+        print(sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "open_clip", "dear",
+                     "transformers") and sys.modules[name] is not None))
 '''
 
 
@@ -65,6 +66,8 @@ def stand_in(tmp_path_factory):
     package = base / "site" / "dear"
     shutil.copytree(ROOT / "dear" / "server", package / "server", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "dear" / "reproducible.py", package / "reproducible.py")
+    (package / "model").mkdir()
+    shutil.copy(ROOT / "dear" / "model" / "__init__.py", package / "model" / "__init__.py")
     (package / "__init__.py").write_text("")
     (package / "cli.py").write_text(STAND_IN)
     script = base / "bin" / "dear"
@@ -114,7 +117,8 @@ def test_a_served_command_has_the_libraries_loaded_but_dear_fresh_from_disk(stan
     done = _run(stand_in, "modules")
     modules = eval(done.stdout)  # noqa: S307 (our own print of a list of names)
     assert "torch" in modules and "open_clip" in modules
-    assert "dear.cli" in modules and "dear.server.daemon" not in modules, modules
+    assert "dear.cli" in modules and "dear.server.daemon" not in modules and "dear.model" not in modules, modules
+    assert "transformers" not in modules  # open_clip imported as dear imports it (dear.model.without_transformers)
 
 
 def test_an_edit_of_dear_s_code_is_never_served_stale(stand_in):

@@ -44,7 +44,8 @@ import traceback
 
 from dear.server import wire
 
-# What every job of a study imports (a stage's modules import these at their top), and nothing of `dear`'s.
+# What every job of a study imports (a stage's modules import these at their top), and nothing of `dear`'s but
+# the one function that imports open_clip as dear does (without transformers: dear.model.without_transformers).
 PRELOAD = ("torch", "torchvision", "open_clip", "numpy", "pandas", "pyarrow", "pyarrow.parquet", "matplotlib",
            "PIL.Image", "scipy", "yaml", "pydantic", "typer", "click", "rich")
 _PR_SET_PDEATHSIG = 1
@@ -53,9 +54,12 @@ _REQUEST_TIMEOUT = 30  # seconds a connected client may take to send its request
 
 def serve(path: str, idle: float) -> None:
     """Import, listen on `path` (made ready atomically: a client never finds a socket that does not answer), serve."""
+    from dear.model import without_transformers  # as dear imports open_clip: HuggingFace transformers blocked
+
     started = time.time()
     for name in PRELOAD:
-        importlib.import_module(name)
+        with without_transformers() if name == "open_clip" else contextlib.nullcontext():
+            importlib.import_module(name)
     gc.collect()
     gc.freeze()  # the imports' millions of objects: out of every later collection, and shared by the children
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
