@@ -53,6 +53,12 @@ def main():
         print(oct(os.umask(0)), signal.getsignal(signal.SIGHUP) == signal.SIG_IGN,
               signal.getsignal(signal.SIGINT) is signal.default_int_handler)
         return
+    if what == "kernels":  # as a stage starts: the caps of compute.reproducible, then its first tensor
+        from dear import reproducible
+        reproducible.apply(True)
+        import torch
+        print(torch.backends.cpu.get_cpu_capability(), torch.ones(3).sum().item())
+        return
     if what == "modules":
         print(sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "open_clip", "dear",
                      "transformers") and sys.modules[name] is not None))
@@ -111,6 +117,18 @@ def test_a_command_gets_its_own_argv_folder_environment_streams_and_exit_code(st
 def test_the_command_reads_the_client_s_standard_input(stand_in):
     done = _run(stand_in, "stdin", input="hello\n")
     assert done.stdout == "read hello\n", done.stderr
+
+
+def test_a_served_command_runs_the_kernels_a_plain_one_runs(stand_in, tmp_path):
+    """ATen picks its kernels (AVX2, AVX-512) from ATEN_CPU_CAPABILITY the first time it is asked. A plain stage sets
+    the variable before torch loads; a served one has torch loaded already and sets it later, so the server asks
+    while it has the command's import environment (the caps included: wire.import_env). Without that, the CI's and
+    this project's AVX-512 machines trained another backbone through the server (meaningful on such a CPU only)."""
+    (tmp_path / "params.yaml").write_text("compute:\n  reproducible: true\n")
+    served = _run(stand_in, "kernels", cwd=tmp_path)
+    plain = _run(stand_in, "kernels", env={"DEAR_SERVER": "off"}, cwd=tmp_path)
+    assert served.returncode == plain.returncode == 0, served.stderr + plain.stderr
+    assert served.stdout == plain.stdout and served.stdout.startswith("AVX2 "), (served.stdout, plain.stdout)
 
 
 def test_a_served_command_has_the_libraries_loaded_but_dear_fresh_from_disk(stand_in):

@@ -4,7 +4,7 @@
 `dear.server.client`). It imports `PRELOAD`, none of `dear`'s own modules
 past this package, and computes nothing: no thread pool, no random draw, no
 tensor exists before a fork, so a child starts where a fresh process would
-be after its imports. It then listens on a Unix socket in the user's 0700
+be after its imports. One choice it makes: ATen's kernels (`_pin_kernels`). It then listens on a Unix socket in the user's 0700
 folder and accepts only peers of its own user.
 
 Per command, two processes:
@@ -60,6 +60,7 @@ def serve(path: str, idle: float) -> None:
     for name in PRELOAD:
         with without_transformers() if name == "open_clip" else contextlib.nullcontext():
             importlib.import_module(name)
+    _pin_kernels()
     gc.collect()
     gc.freeze()  # the imports' millions of objects: out of every later collection, and shared by the children
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -79,6 +80,22 @@ def serve(path: str, idle: float) -> None:
         with contextlib.suppress(OSError):
             if os.stat(path).st_ino == inode:
                 os.unlink(path)
+
+
+def _pin_kernels() -> None:
+    """Have ATen pick its kernels (AVX2, AVX-512) now, from this process's ATEN_CPU_CAPABILITY.
+
+    ATen reads the variable the first time it is asked, and keeps its answer. A
+    plain stage sets it (compute.reproducible) before torch loads; a served one
+    has torch loaded and sets it after its first question
+    (`dear.reproducible.apply`), so its child would pick the CPU's fastest
+    kernels, and train other weights. The server's environment is the command's
+    import environment (`wire.import_env`, part of the server's key): picked
+    here, the child runs what the plain command runs (tests/test_server.py).
+    """
+    import torch
+
+    torch.backends.cpu.get_cpu_capability()
 
 
 def _accept_loop(listener: socket.socket, path: str, inode: int, idle: float, started: float) -> None:
