@@ -49,6 +49,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dear.server.imports import loaded  # torch imported by this command (the warm server loaded it for all)
+
 log = logging.getLogger("dear.reproducible")
 
 # variable -> the value the setting puts (what it caps)
@@ -78,7 +80,7 @@ def apply(on: bool, environ: dict | None = None) -> dict[str, str]:
     """
     environ = os.environ if environ is None else environ
     _state["setting"] = bool(on)
-    _state["late"] = on and "torch" in sys.modules and not _capped_at_load()
+    _state["late"] = on and loaded("torch") is not None and not _capped_at_load()
     _state["overridden"] = {}
     changed = {}
     if on:
@@ -161,7 +163,7 @@ def _capped_at_load() -> bool:
 
 def configure_torch(on: bool) -> None:
     """After torch loads: oneDNN off and deterministic algorithms (on); nothing changed (off)."""
-    if not on or "torch" not in sys.modules:  # world, report: no torch, nothing to set
+    if not on or loaded("torch") is None:  # world, prepare: no torch, nothing to set
         return
     import torch
 
@@ -214,8 +216,8 @@ def in_force() -> dict[str, Any]:
         "cpu_flags": cpu_flags(),
         "caps": {name: os.environ[name] for name in (*CAPS, *WATCHED) if name in os.environ},
     }
-    torch = sys.modules.get("torch")
-    if torch is None:  # a stage that computes nothing in torch (world, report)
+    torch = loaded("torch")
+    if torch is None:  # a stage that computes nothing in torch (world, prepare)
         return record
     record["aten_capability"] = torch.backends.cpu.get_cpu_capability()
     record["threads"] = torch.get_num_threads()

@@ -13,7 +13,7 @@ The output location starts holding an "old" output: every file of the stage
 replaced by other bytes, plus a stale file of an earlier run where the stage's
 names allow one. After the kill the output must be entirely old, entirely new
 or absent; after a rerun of the same command it must equal the reference (up to
-the wall-clock columns in WALL_CLOCK) with no temporary file left anywhere.
+the wall-clock columns of tests/wall_clock.py) with no temporary file left anywhere.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -35,11 +34,10 @@ from dear import io
 from dear.cli import app
 from tests import tiny_study
 from tests.fake_run import small_recipes
+from tests.wall_clock import comparable
 
 pytestmark = pytest.mark.xdist_group("faults")  # one worker: the stages share one reference study
 
-# The only values allowed to differ between an interrupted-and-rerun run and an uninterrupted one.
-WALL_CLOCK = {"train_log.parquet": ["seconds"]}  # wall time since the training run began
 
 
 @dataclass
@@ -138,10 +136,7 @@ def snapshot(root: Path, stage: Stage, raw: bool = False) -> dict:
             if path.is_dir() else [path] if path.exists() else []
         for file in files:
             key = str(file.relative_to(root))
-            found[key] = file.read_bytes()
-            if not raw and file.name in WALL_CLOCK and found[key].startswith(b"PAR1"):
-                table = pq.read_table(file)
-                found[key] = (table.drop_columns(WALL_CLOCK[file.name]).to_pydict(), table.schema.metadata)
+            found[key] = file.read_bytes() if raw else comparable(file)
     return found
 
 

@@ -59,6 +59,12 @@ def main():
         import torch
         print(torch.backends.cpu.get_cpu_capability(), torch.ones(3).sum().item())
         return
+    if what == "imports":  # what a stage asks before recording torch's state (dear.reproducible.in_force)
+        from dear.server.imports import loaded
+        before = loaded("torch") is not None
+        import torchvision
+        print(before, loaded("torch") is not None, loaded("pandas") is not None)
+        return
     if what == "modules":
         print(sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "open_clip", "dear",
                      "transformers") and sys.modules[name] is not None))
@@ -129,6 +135,22 @@ def test_a_served_command_runs_the_kernels_a_plain_one_runs(stand_in, tmp_path):
     plain = _run(stand_in, "kernels", env={"DEAR_SERVER": "off"}, cwd=tmp_path)
     assert served.returncode == plain.returncode == 0, served.stderr + plain.stderr
     assert served.stdout == plain.stdout and served.stdout.startswith("AVX2 "), (served.stdout, plain.stdout)
+
+
+def test_a_served_command_sees_torch_loaded_only_once_it_imported_it(stand_in):
+    """`dear world` and `dear prepare` never import torch, so their provenance records no torch state; served, torch
+    is loaded all along, and the command's own imports decide (dear/server/imports.py)."""
+    served, plain = _run(stand_in, "imports"), _run(stand_in, "imports", env={"DEAR_SERVER": "off"})
+    assert (served.stdout, plain.stdout) == ("False True False\n",) * 2, (served.stderr, plain.stderr)
+
+
+@pytest.mark.parametrize("library", ["torchvision", "open_clip", "timm"])
+def test_what_a_loaded_library_brings_is_what_it_brings_in_a_process_of_its_own(library):
+    from dear.server.imports import _BRINGS
+
+    code = f"import sys, {library}; print(sorted(n for n in {list(_BRINGS[library])!r} if n in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.strip() == str(sorted(_BRINGS[library]))
 
 
 def test_a_served_command_has_the_libraries_loaded_but_dear_fresh_from_disk(stand_in):

@@ -16,8 +16,9 @@ Per command, two processes:
   process was killed: dear.supervise);
 - the command (`_become`): its own process group, the client's streams,
   folder, environment, argv and import path, `dear` dropped from
-  `sys.modules` so that it and any plugin are imported fresh from disk; then
-  `dear.cli.main()`, and an exit as the interpreter's own.
+  `sys.modules` so that it and any plugin are imported fresh from disk, its
+  imports noted (`imports.track`: torch is loaded, but does the command use
+  it?); then `dear.cli.main()`, and an exit as the interpreter's own.
 
 The server ends after `idle` seconds without a command (none running), on
 SIGTERM (`dear server stop`), or when its socket was removed or replaced.
@@ -42,7 +43,7 @@ import threading
 import time
 import traceback
 
-from dear.server import wire
+from dear.server import imports, wire
 
 # What every job of a study imports (a stage's modules import these at their top), and nothing of `dear`'s but
 # the one function that imports open_clip as dear does (without transformers: dear.model.without_transformers).
@@ -228,6 +229,7 @@ def _become(request: dict, fds: list[int], conn: socket.socket, handler: int) ->
         for name in [name for name in sys.modules if name == "dear" or name.startswith("dear.")]:
             del sys.modules[name]  # `dear` and plugins: from disk, as edited now
         importlib.invalidate_caches()
+        imports.track()  # which of the loaded libraries the command imports, as its own process would
         tempfile.tempdir = None  # TMPDIR is the client's
         _standard_streams()
         code = _run_cli()

@@ -48,7 +48,7 @@ IMPORT_TIME = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO", "
 # ignored (nohup, a shell's `&`) stays ignored, in the command too
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _HEADER = struct.Struct("!I")   # each message: its length, then JSON
-_CODE = ("wire.py", "daemon.py", "../model/__init__.py")  # what the server runs of dear: a new version, a new server
+_CODE = ("wire.py", "daemon.py", "imports.py", "../model/__init__.py")  # what the server runs of dear: a new version, a new server
 
 
 class Unavailable(Exception):
