@@ -2,7 +2,8 @@
 # `make smoke` with the warm server, then without it (DEAR_SERVER=off: every job its own process), each in a fresh
 # clone of COMMIT on the machine's output cache (world and backbone made once per machine, as a user has them), one
 # after the other; then every output of the two runs compared byte for byte, and each run's median job time from
-# Snakemake's benchmark files.
+# Snakemake's benchmark files. Wall-clock values (train_log's seconds, and the digests that hash them) are not
+# compared (tests/wall_clock.py).
 #
 #   benchmarks/smoke_on_off.sh [COMMIT] [OUT]        (default HEAD, benchmarks/out/smoke_on_off)
 set -euo pipefail
@@ -20,17 +21,21 @@ for side in on off; do
         --configfile configs/smoke.yaml
 done
 
-python3 - "$OUT" <<'EOF'
+"$VENV/bin/python" - "$OUT" "$REPO" <<'EOF'
 import statistics, sys
 from pathlib import Path
 
 out = Path(sys.argv[1])
+sys.path.insert(0, sys.argv[2])
+from tests.wall_clock import WALL_CLOCK, comparable  # train_log's seconds: wall time, in any two runs
+
 def outputs(side):
     root = out / side / "smoke"
     return {str(p.relative_to(root)): p for p in root.rglob("*")
-            if p.is_file() and not p.is_symlink() and p.parts[len(root.parts)] != "logs"}
+            if p.is_file() and not p.is_symlink() and p.parts[len(root.parts)] != "logs"
+            and not (p.parent.name == ".digest" and any(next(p.parent.parent.rglob(n), None) for n in WALL_CLOCK))}
 on, off = outputs("on"), outputs("off")
-differ = sorted(name for name in on.keys() & off.keys() if on[name].read_bytes() != off[name].read_bytes())
+differ = sorted(name for name in on.keys() & off.keys() if comparable(on[name]) != comparable(off[name]))
 only = sorted(on.keys() ^ off.keys())
 for side in ("on", "off"):
     seconds = float((out / f"{side}-run.seconds").read_text())
