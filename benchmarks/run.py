@@ -58,7 +58,7 @@ def evaluation_ratio(args) -> dict:
 
     from types import SimpleNamespace
 
-    from dear import device as devices
+    from dear.compute import device as devices
     from dear import evaluation
     from dear.methods import create
     from dear.params import load_params

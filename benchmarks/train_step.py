@@ -48,7 +48,7 @@ class Bench:
 
         from types import SimpleNamespace
 
-        from dear import device as devices
+        from dear.compute import device as devices
         from dear.methods import create
         from dear.methods.recipe import resolve
         from dear.model import internals

@@ -17,7 +17,7 @@ apart: a dry run may plan for another machine.
 Fast on purpose (well under 2 s): nothing here imports torch or open_clip
 (`python -X importtime -c 'import dear.check'`). Architectures are read
 from their config JSON files and CUDA is asked of the driver
-(`dear.probe`); open_clip weights are looked up in the record
+(`dear.compute.probe`); open_clip weights are looked up in the record
 `dear fetch-weights` keeps (`dear.model.weights_record`).
 """
 
@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 from pydantic import BaseModel, ValidationError
 
 from dear import strict_yaml
-from dear.cpus import available as available_cpus
+from dear.compute.cpus import available as available_cpus
 from dear.data import coop
 from dear.data import custom as custom_data
 from dear.data import world as world_data
@@ -46,7 +46,7 @@ from dear.model.textbank import load_bank
 from dear.model.textspan import rank_problems
 from dear.model.weights_record import lookup
 from dear.params import Params, apply_overrides, error_line, report_problems, unprepared, world_needed
-from dear.probe import arch_config, cuda_devices, torch_cuda_build
+from dear.compute.probe import arch_config, cuda_devices, torch_cuda_build
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ import click
 import typer
 import typer.core
 
-from dear import reproducible  # before the imports that load numpy: OpenBLAS reads its cap when it loads
+from dear.compute import reproducible  # before the imports that load numpy: OpenBLAS reads its cap when it loads
 
 if __name__ == "__main__" or Path(sys.argv[0]).name == "dear":  # the command, not an import (tests, the API)
     reproducible.early(sys.argv[1:])
 
-from dear import cpus, status, stops, supervise  # noqa: E402
+from dear import status, stops, supervise  # noqa: E402
+from dear.compute import cpus  # noqa: E402
 from dear.check import check_file, stage_problems  # noqa: E402
 from dear.check import warnings as check_warnings  # noqa: E402
 from dear.errors import DearError  # noqa: E402

@@ -102,7 +102,7 @@ def inputs_differ(a: dict, b: dict) -> list[str]:
 
 
 def machines(a: dict, b: dict) -> list[str]:
-    """What differs in what decided the floats (dear.reproducible.in_force of every job), named before the numbers."""
+    """What differs in what decided the floats (dear.compute.reproducible.in_force of every job), named before the numbers."""
     ma, mb = _machine(a.get("compute") or []), _machine(b.get("compute") or [])
     if not ma or not mb:
         return ["- a run's record does not say which CPU kernels made it (made before the record kept them)"]
@@ -127,7 +127,7 @@ def machines(a: dict, b: dict) -> list[str]:
 
 
 def _makers(ma: dict, mb: dict) -> str:
-    """CPUs of other makers: the numbers may move only where MKL could take another code on each (dear.reproducible).
+    """CPUs of other makers: the numbers may move only where MKL could take another code on each (dear.compute.reproducible).
 
     MKL picks its code by the CPU's maker except on its COMPATIBLE branch, one code for Intel and AMD alike
     (compute.reproducible since 2026-12-05); every other library the setting caps picks by instruction set alone.

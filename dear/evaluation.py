@@ -14,8 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
-from dear import cpus
-from dear import device as devices
+from dear.compute import cpus
+from dear.compute import device as devices
 from dear.data.manifest import check_images_exist, read_rgb, select
 from dear.data.manifest import classnames as manifest_classnames
 from dear.errors import DearError, from_workers

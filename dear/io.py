@@ -436,7 +436,7 @@ def versions() -> dict[str, str]:
     """Versions of what shapes the numbers: ours, Python, torch, open_clip, the CUDA torch was built for, the driver."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from dear.probe import nvidia_driver, torch_cuda_build
+    from dear.compute.probe import nvidia_driver, torch_cuda_build
 
     found = {"python": platform.python_version()}
     for name in ("dear", "torch", "open_clip_torch", "pyarrow"):
@@ -495,8 +495,8 @@ def devices() -> dict[str, Any]:
 
 def compute_record() -> dict[str, Any]:
     """What decided the floats beyond the inputs: compute.reproducible, the CPU's instruction sets and the caps in force,
-    the kernels torch runs (ATen's capability), its BLAS/oneDNN builds, threads, GPU and driver (dear.reproducible)."""
-    from dear.reproducible import in_force
+    the kernels torch runs (ATen's capability), its BLAS/oneDNN builds, threads, GPU and driver (dear.compute.reproducible)."""
+    from dear.compute.reproducible import in_force
 
     return in_force()
 

@@ -60,7 +60,7 @@ from dear.data import coop
 from dear.errors import DearError
 from dear.methods.recipe import epochs_for
 from dear.params import Params, validate, world_needed
-from dear.probe import arch_config
+from dear.compute.probe import arch_config
 
 TRAINS_NOTHING = ("zeroshot",)
 FITS_FEATURES = ("linear_probe",)  # train encodes its training and validation shots once, then fits on CPU

@@ -168,7 +168,7 @@ def build(models: list[Path], evals: list[Path], benchmarks: list[Path], params:
         "versions": _distinct([p["versions"] for p in processes + [report]]),
         "plugins": _distinct([p.get("plugin") for p in processes]),  # methods from installed packages
         "devices": _distinct([_device_names(p["devices"]) for p in processes]),
-        "compute": _distinct([p["compute"] for p in processes]),  # what decided the floats (dear.reproducible)
+        "compute": _distinct([p["compute"] for p in processes]),  # what decided the floats (dear.compute.reproducible)
         "peak_gpu_memory_mb": max([peak for p in processes if (peak := _gpu_peak(p["devices"])) is not None],
                                   default=None),
         "data": _manifests(evaluated),

@@ -461,11 +461,11 @@ class Kit:
     def logits(self, model, run: Run):
         """[3, S+1, C] stream logits of fixed images on the trained classes, computed as a `dear` stage computes
         them: float sums depend on the thread count, on oneDNN and on who does the matrix products
-        (compute.reproducible: numpy's OpenBLAS, dear.blas), so each is fixed here, inside a stage and out."""
+        (compute.reproducible: numpy's OpenBLAS, dear.compute.blas), so each is fixed here, inside a stage and out."""
         import torch
         from threadpoolctl import threadpool_limits
 
-        from dear import blas
+        from dear.compute import blas
         from dear.params import load_params
 
         torch.manual_seed(0)

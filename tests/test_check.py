@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from dear.check import check_file
-from dear.probe import cuda_devices
+from dear.compute.probe import cuda_devices
 from dear.cli import app
 from tests import tiny_study
 from tests.engines import BIN, engine_env, make_project
@@ -234,7 +234,7 @@ def test_the_torch_free_probes_agree_with_torch_and_open_clip():
     import torch
 
     import dear.model.clip  # noqa: F401  (registers the embedded architectures)
-    from dear.probe import arch_config, torch_cuda_build
+    from dear.compute.probe import arch_config, torch_cuda_build
 
     assert torch_cuda_build() == torch.version.cuda
     for arch in ("ViT-B-16", "dear-world", "dear-world-tiny"):
@@ -246,7 +246,7 @@ def test_the_torch_free_probes_agree_with_torch_and_open_clip():
 def test_the_stages_device_is_the_cpu_here_and_cuda_is_refused_in_one_line():
     import torch
 
-    from dear import device as devices
+    from dear.compute import device as devices
     from dear.errors import DearError
     from dear.params import Compute
 
@@ -259,7 +259,7 @@ def test_the_stages_device_is_the_cpu_here_and_cuda_is_refused_in_one_line():
 def test_the_log_line_names_the_precision_a_stage_really_runs_on_the_cpu():
     import torch
 
-    from dear import device as devices
+    from dear.compute import device as devices
 
     cpu = torch.device("cpu")
     assert devices.describe(cpu, "bf16").startswith("cpu, fp32,")  # train, fuse, evaluate: fp32 on CPU

@@ -142,7 +142,7 @@ def test_evaluate_rejects_a_fusion_file_without_alpha(project, tmp_path):
 
 def test_a_second_model_on_the_same_backbone_reuses_the_frozen_blocks(project, monkeypatch):
     """The next seed of an evaluate job runs only the blocks from its first token layer on, with equal features."""
-    from dear.device import Precision
+    from dear.compute.device import Precision
     from dear.model.clip import load_backbone
     from dear.model.trained import load_trained
 

@@ -200,7 +200,7 @@ def test_checkpoint_rng_states_survive_a_weights_only_load(tmp_path):
 
 def test_a_worker_error_stays_one_line(tmp_path):
     from dear import evaluation
-    from dear.device import Precision
+    from dear.compute.device import Precision
 
     images = evaluation.ImageSet(paths=[str(tmp_path / "bad.png")], labels=[0], classnames=["x"])
     (tmp_path / "bad.png").write_bytes(b"not an image")

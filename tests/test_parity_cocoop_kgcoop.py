@@ -166,7 +166,7 @@ def test_cocoop_runs_prompts_of_similar_length_together_as_one_pass_would(clip):
 def test_cocoop_in_fp16_is_their_half_meta_net_and_context():
     """PREC fp16: CLIP as OpenAI's convert_weights, `meta_net.half()`, the context in half (their CLIP's dtype); the
     fp32 image feature is read in the meta-net's dtype. Run on the CPU with the CUDA path forced, fp16 tolerance."""
-    from dear.device import Precision
+    from dear.compute.device import Precision
 
     model = create("cocoop", Backbone(tiny_clip(seed=3)), recipe("cocoop", demo=False))  # prepare converts its CLIP
     images, labels = torch.randn(2, 3, 32, 32), torch.tensor([0, 2])

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dear.device import Precision
+from dear.compute.device import Precision
 from dear.errors import DearError
 from dear.methods import create
 from dear.params import load_params

@@ -412,7 +412,7 @@ def test_dear_train_clusters_the_base_classes_and_evaluate_scores_novel_ones_wit
 def test_fp16_keeps_the_prompts_in_fp32_and_the_context_and_cluster_projections_in_half(batch):
     """Theirs under PREC fp16: ctx from the fp16 token embedding and VPT_topk_t/v (`.half()`) are half, the
     VPT and VPT_shallow prompts fp32 cast to half where they enter. Run on the CPU with the CUDA path forced."""
-    from dear.device import Precision
+    from dear.compute.device import Precision
 
     images, labels = batch
     clip = tiny_clip(seed=3, text_width=32)

@@ -20,7 +20,7 @@ from dear.methods import tip_adapter_f as tip
 from dear.params import load_params
 from dear.train.data import Shots
 from dear.train.trainer import StepCosine, make_loop, schedule_of
-from dear import device as devices
+from dear.compute import device as devices
 from tests import fake_run
 from tests.methods_tools import Backbone, recipe, tokenize
 from tests.tiny_clip import tiny_clip

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dear.device import Precision
+from dear.compute.device import Precision
 from tests.methods_tools import CLASSES, build
 from tests.tiny_clip import tiny_clip
 

@@ -123,7 +123,7 @@ MANY = max(2, min(8, len(os.sched_getaffinity(0))))  # 2 here; more where there 
 
 def test_the_same_roles_on_one_and_on_two_threads(world, monkeypatch):
     """`dear --threads N profile`: the thread count a job is given (1, and 2 or more) does not change its roles."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # dear.cpus sets it for the job: restored after the test
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # dear.compute.cpus sets it for the job: restored after the test
     try:
         for threads in (1, MANY):
             result = CliRunner().invoke(app, ["--threads", str(threads), "profile", "--params", str(world / "params.yaml"),

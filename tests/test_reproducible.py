@@ -24,7 +24,7 @@ import pytest
 import torch
 import yaml
 
-from dear import reproducible
+from dear.compute import reproducible
 from tests import tiny_study
 
 ROOT = Path(__file__).resolve().parents[1]

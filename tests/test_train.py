@@ -398,7 +398,7 @@ def test_cpu_seeded_draws_what_manual_seed_draws_and_restores_the_state():
 def test_k_views_of_each_image_and_the_unaugmented_image(world):
     """Dassl's K_TRANSFORMS and RETURN_IMG0 (TAC's loader): view 0 is the one-view item, the others drawn apart;
     img0 is the image resized to S x S; the step's rows are view-major and the frozen feature is img0's, repeated."""
-    from dear import device as devices
+    from dear.compute import device as devices
     from dear.train.data import Views, unaugmented_transform
 
     shots = training_shots(world.fewshot)

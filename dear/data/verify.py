@@ -33,7 +33,7 @@ from typing import Iterator, Sequence
 import numpy as np
 from PIL import Image
 
-from dear import cpus
+from dear.compute import cpus
 from dear.errors import DearError
 from dear.progress import track
 

@@ -58,7 +58,7 @@ def example_classes(params: Params, dataset: str) -> tuple[list[str], bool]:
 def resolved_layers(params: Params, recipe: Recipe) -> list[Resolved]:
     """The recipe's layer keys on the config's model (`dear.methods.layers`): which layers each covers."""
     from dear.check import tower_depths
-    from dear.probe import arch_config
+    from dear.compute.probe import arch_config
 
     return resolve_layers(recipe.recipe, recipe.values, tower_depths(arch_config(params.model.arch) or {}))
 

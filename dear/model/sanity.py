@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dear import device as devices
+from dear.compute import device as devices
 from dear.data.manifest import read_rgb
 from dear.io import read_json
 from dear.model.zeroshot import ZeroShotClassifier

@@ -43,7 +43,8 @@ import threading
 import time
 import traceback
 
-from dear.server import imports, wire
+from dear.compute import imports
+from dear.server import wire
 
 # What every job of a study imports (a stage's modules import these at their top), and nothing of `dear`'s but
 # the one function that imports open_clip as dear does (without transformers: dear.model.without_transformers).
@@ -89,7 +90,7 @@ def _pin_kernels() -> None:
     ATen reads the variable the first time it is asked, and keeps its answer. A
     plain stage sets it (compute.reproducible) before torch loads; a served one
     has torch loaded and sets it after its first question
-    (`dear.reproducible.apply`), so its child would pick the CPU's fastest
+    (`dear.compute.reproducible.apply`), so its child would pick the CPU's fastest
     kernels, and train other weights. The server's environment is the command's
     import environment (`wire.import_env`, part of the server's key): picked
     here, the child runs what the plain command runs (tests/test_server.py).

@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import torch
 
-from dear import device as devices
+from dear.compute import device as devices
 from dear.data import world as world_data
 from dear.data.manifest import check_images_exist
 from dear.errors import DearError

@@ -33,7 +33,7 @@ from typing import ClassVar
 import pyarrow as pa
 import torch
 
-from dear import cpus
+from dear.compute import cpus
 from dear.errors import DearError
 from dear.io import files_under, output_folder, provenance, sha256_json, write_parquet, write_text
 from dear.params import Params

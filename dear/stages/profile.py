@@ -26,8 +26,8 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from dear import cpus
-from dear import device as devices
+from dear.compute import cpus
+from dear.compute import device as devices
 from dear.data.manifest import UNREADABLE_HINT, read_manifest, select
 from dear.errors import DearError
 from dear.io import output_folder, provenance, write_bytes, write_parquet, write_text

@@ -15,12 +15,12 @@ import numpy as np
 import torch
 from torchvision import transforms as T
 
-from dear import cpus
+from dear.compute import cpus
 from dear.data import manifest
 from dear.data.manifest import read_fewshot, select
 from dear.errors import DearError, from_workers
 from dear.methods.recipe import steps_per_epoch
-from dear.transforms import INTERPOLATION, cpu_seeded, derived_seed
+from dear.compute.transforms import INTERPOLATION, cpu_seeded, derived_seed
 
 @dataclass(frozen=True)
 class Shots:

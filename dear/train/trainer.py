@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from dear import device as devices
+from dear.compute import device as devices
 from dear.errors import DearError
 from dear.methods.base import MethodModel
 from dear.methods.recipe import Recipe

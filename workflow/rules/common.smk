@@ -13,7 +13,7 @@ from dear import engines as dear_engines
 from dear import stale as dear_stale
 from dear import strict_yaml
 from dear.params import Params, world_needed
-from dear.cpus import wanted as cpus_wanted
+from dear.compute.cpus import wanted as cpus_wanted
 
 # One world and backbone per machine: profiles/default turns Snakemake's output cache on (--cache), kept in
 # $SNAKEMAKE_OUTPUT_CACHE, by default where dear's DVC stages look too (dear.machine_cache). Snakemake reads the
@@ -169,7 +169,7 @@ def provenance_checked(rule):
 
 
 def cpus_of(stage):
-    """A rule's `threads:`: the CPUs `dear <stage>` uses under this config by itself (dear/cpus.py), so that
+    """A rule's `threads:`: the CPUs `dear <stage>` uses under this config by itself (dear/compute/cpus.py), so that
     Snakemake never runs more than --cores at once. It hands them to the job as OMP_NUM_THREADS, which the stage
     reads, and scales them down to --cores; a DVC or by-hand run uses the same number."""
     return cpus_wanted(config, stage)

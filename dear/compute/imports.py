@@ -1,14 +1,14 @@
 """Which libraries a served command has imported: `sys.modules` as the command's own process would have it.
 
 A stage records torch's state in its provenance (kernels, threads, MKL's
-branch: `dear.reproducible.in_force`) and sets torch up only when it uses
+branch: `dear.compute.reproducible.in_force`) and sets torch up only when it uses
 torch: `dear world` and `dear prepare` never import it. In a plain `dear`
 process, "torch is in sys.modules" says so. In a command the warm server
 forked, torch is always there (the server imported it), so the child records
 the top-level names its own code imports (`track`: every `import` statement
 and `importlib.import_module`), and `loaded` answers from them.
 
-Standard library only: `dear.reproducible` reads this in every command.
+Standard library only: `dear.compute.reproducible` reads this in every command.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ docs/compute.md). With the setting on, a stage pins all of them:
 - ATEN_CPU_CAPABILITY=avx2: ATen's kernels compiled for AVX2, the newest set
   every x86-64 CPU of the last ten years has (ATen picks them by instruction set only);
 - the matrix products (aten mm, addmm, bmm, baddbmm) on numpy's OpenBLAS at its
-  Haswell kernels (dear.blas, installed by `configure_torch`): one AVX2 code on every
+  Haswell kernels (dear.compute.blas, installed by `configure_torch`): one AVX2 code on every
   maker, at about MKL's speed;
 - MKL_CBWR=COMPATIBLE,STRICT, for what the products leave to MKL (convolutions' im2col
   products, the fused attention kernel's, ATen's sqrt/exp/log/erf): MKL's conditional numerical reproducibility on its
@@ -21,7 +21,7 @@ docs/compute.md). With the setting on, a stage pins all of them:
   branch (the setting's before) is taken on Intel CPUs only: on an AMD CPU MKL
   runs its own pick, and the bytes differ (docs/compute.md); every product on this
   branch (SSE2) cost 2.0-2.9x. STRICT only applies to the AVX2 and AVX-512 branches,
-  so the thread counts stay fixed per job (dear.cpus);
+  so the thread counts stay fixed per job (dear.compute.cpus);
 - MKL_ENABLE_INSTRUCTIONS=AVX2: MKL's dispatcher, for what CBWR does not cover;
 - ONEDNN_MAX_CPU_ISA=AVX2, and oneDNN (torch.backends.mkldnn) off: its kernels
   may choose their blocking by the cache sizes of the CPU (no promise across CPUs), so convolutions go to
@@ -49,7 +49,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dear.server.imports import loaded  # torch imported by this command (the warm server loaded it for all)
+from dear.compute.imports import loaded  # torch imported by this command (the warm server loaded it for all)
 
 log = logging.getLogger("dear.reproducible")
 
@@ -148,7 +148,7 @@ def release() -> None:
         torch.backends.mkldnn.enabled = mkldnn
         torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn_deterministic, benchmark
-        from dear import blas
+        from dear.compute import blas
 
         blas.remove()
     _state.update(setting=None, overridden={}, late=False, before={}, torch_before=None)
@@ -181,7 +181,7 @@ def configure_torch(on: bool) -> None:
         log.warning("compute.reproducible: this CPU runs ATen's %s kernels, not AVX2 (it lacks AVX2?): its numbers "
                     "will differ from other CPUs'", torch.backends.cpu.get_cpu_capability())
     torch.backends.mkldnn.enabled = False
-    from dear import blas
+    from dear.compute import blas
 
     blas.install()  # the matrix products on numpy's OpenBLAS at its Haswell kernels, one code on every maker
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -228,7 +228,7 @@ def in_force() -> dict[str, Any]:
     record["products"] = _products()
     record["openblas"] = openblas()
     if torch.cuda.is_initialized():
-        from dear.probe import nvidia_driver
+        from dear.compute.probe import nvidia_driver
 
         record["cuda"] = {"devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
                           "capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
@@ -239,8 +239,8 @@ def in_force() -> dict[str, Any]:
 
 
 def _products() -> str:
-    """Which library computes torch's CPU matrix products (mm, addmm, bmm, baddbmm): dear.blas while installed."""
-    from dear import blas
+    """Which library computes torch's CPU matrix products (mm, addmm, bmm, baddbmm): dear.compute.blas while installed."""
+    from dear.compute import blas
 
     return blas.NAME if blas.installed() else "torch (its BLAS)"
 
@@ -254,7 +254,7 @@ def mkl_branch(torch) -> str:
     COMPATIBLE,STRICT under the setting; a branch the CPU cannot take is replaced by AUTO (MKL's own pick: on
     an AMD CPU `MKL_CBWR=AVX2,STRICT` runs AUTO,STRICT); OFF without MKL_CBWR; 'none' where torch has no MKL,
     'unknown' where MKL did not say. Read from one 2x2 product with MKL's verbose mode on (mm's out= form,
-    which dear.blas leaves to MKL), its line caught from this process's standard output.
+    which dear.compute.blas leaves to MKL), its line caught from this process's standard output.
     """
     if "branch" not in _mkl:
         _mkl["branch"] = (_asked_mkl_branch(torch) or _read_mkl_branch(torch)) if torch.backends.mkl.is_available() \

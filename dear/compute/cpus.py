@@ -99,9 +99,9 @@ def apply(found: Budget, stage: str) -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=found.threads)  # numpy's OpenBLAS and any OpenMP already loaded
-    from dear import blas
+    from dear.compute import blas
 
-    if blas.installed():  # compute.reproducible's matrix products: OpenBLAS on one thread (dear.blas)
+    if blas.installed():  # compute.reproducible's matrix products: OpenBLAS on one thread (dear.compute.blas)
         blas.one_thread()
     extra = f" + {found.processes} worker process(es)" if found.processes else ""
     log.debug("%s: %d thread(s)%s, of %d CPU(s) from %s", stage, found.threads, extra, found.cpus, found.source)

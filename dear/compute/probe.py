@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-RESOURCES = Path(__file__).resolve().parent / "resources"
+RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 
 
 def arch_config(arch: str) -> dict | None:

@@ -5,7 +5,7 @@ its own pick elsewhere, so an AMD CPU computed other bytes than an Intel one und
 `MKL_CBWR=AVX2,STRICT`. Its COMPATIBLE branch is one code on both makers, but SSE2 only:
 a pretraining step of the demo's backbone took 2.2x the time of MKL's own kernels
 (docs/compute.md). OpenBLAS, forced to its Haswell kernels (`OPENBLAS_CORETYPE=Haswell`,
-dear.reproducible), runs one AVX2 code on every AVX2 CPU, its blocking fixed when it was
+dear.compute.reproducible), runs one AVX2 code on every AVX2 CPU, its blocking fixed when it was
 compiled (OpenMathLib/OpenBLAS kernel/setparam-ref.c: for HASWELL, P, Q and R are the
 compile-time defaults; the L2 size it reads is not used), at about MKL's speed: 1.05x.
 
@@ -14,7 +14,7 @@ float64 CPU tensors to `numpy.matmul` (numpy's OpenBLAS): every product of a lin
 of attention on the math kernel, of einsum, in the forward and the backward pass. What is
 not dispatched through these four (a convolution's im2col product, the fused attention
 kernel's, `out=` forms, other dtypes) stays on MKL, on its COMPATIBLE branch. OpenBLAS runs
-one thread (`one_thread`, kept by dear.cpus): its threads, spinning between products while
+one thread (`one_thread`, kept by dear.compute.cpus): its threads, spinning between products while
 torch's OpenMP threads worked, made a 2-thread pretraining step 3.6x slower than the setting
 off (benchmarks/reproducible_cost.py, 2026-12-05); so the products' bytes are those of one
 thread at any torch thread count. `remove` gives torch its own kernels back.
@@ -51,7 +51,7 @@ def install() -> None:
 
 
 def one_thread() -> None:
-    """numpy's OpenBLAS on one thread (the products'; dear.cpus calls it after setting a job's threads)."""
+    """numpy's OpenBLAS on one thread (the products'; dear.compute.cpus calls it after setting a job's threads)."""
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")

@@ -5,7 +5,7 @@ backbone, profile, train, fuse and evaluate all call `resolve` and
 CUDA when torch sees a device, else the CPU. On CPU nothing is autocast
 (results are bit-reproducible there); on CUDA `compute.precision: bf16`
 autocasts the forward passes of the stages that allow it. `dear check`
-answers "is a CUDA device there?" without importing torch (`dear.probe`).
+answers "is a CUDA device there?" without importing torch (`dear.compute.probe`).
 """
 
 from __future__ import annotations
