@@ -264,7 +264,7 @@ def load_trained(model_pt: str | Path, backbone: str | Path, roles: str | Path |
     roles: the roles.parquet it was trained with (method dear); fusion: the fusion.json of `dear fuse`, whose
     refitted alpha then replaces the trained one. `classnames` holds the classes it was trained on.
     """
-    from dear.io import read_json
+    from dear.runtime.io import read_json
     from dear.model import trained
     from dear.model.clip import load_backbone
 

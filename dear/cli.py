@@ -29,7 +29,7 @@ from dear.compute import reproducible  # before the imports that load numpy: Ope
 if __name__ == "__main__" or Path(sys.argv[0]).name == "dear":  # the command, not an import (tests, the API)
     reproducible.early(sys.argv[1:])
 
-from dear import status, stops, supervise  # noqa: E402
+from dear.runtime import status, stops, supervise  # noqa: E402
 from dear.compute import cpus  # noqa: E402
 from dear.check import check_file, stage_problems  # noqa: E402
 from dear.check import warnings as check_warnings  # noqa: E402
@@ -99,10 +99,10 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
     first seed's work starts (a read-only folder is found in seconds, not after
     a training run), and a `DearError` anywhere becomes one line on stderr and
     exit code 1. However the stage stops, its last line says why and where
-    (`dear.stops`); run as the `dear` command, a parent process watches it and
-    writes that line when it is killed outright (`dear.supervise`).
+    (`dear.runtime.stops`); run as the `dear` command, a parent process watches it and
+    writes that line when it is killed outright (`dear.runtime.supervise`).
     """
-    from dear import io  # pyarrow: not for --help and --version
+    from dear.runtime import io  # pyarrow: not for --help and --version
 
     os.environ["HF_HUB_OFFLINE"] = "1"  # stages never try the network (`dear fetch-weights` does, on purpose)
     logging_to_file = False
@@ -125,7 +125,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         stage = _import_stage(name)
         reproducible.configure_torch(loaded.compute.reproducible)
         cpus.apply(cpus.budget(loaded, name, _state.get("threads")), name)
-        from dear.io import check_outputs
+        from dear.runtime.io import check_outputs
 
         from dear.runrecord import benchmarked
 
@@ -330,7 +330,7 @@ def _configure_logging(log: Optional[Path]) -> None:
         handler.close()
     handlers: list[logging.Handler] = [_Stderr()]
     if log is not None:
-        from dear.io import check_output_file, filesystem_errors
+        from dear.runtime.io import check_output_file, filesystem_errors
 
         check_output_file(log)
         with filesystem_errors(log):
@@ -826,7 +826,7 @@ def server(action: str = typer.Argument("status", metavar="status|stop",
 
 
 def main() -> None:
-    """The `dear` command: a stage runs watched by a parent that reports its death by a signal (dear.supervise)."""
+    """The `dear` command: a stage runs watched by a parent that reports its death by a signal (dear.runtime.supervise)."""
     _state["supervise"] = True
     app()
 

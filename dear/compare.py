@@ -182,7 +182,7 @@ def _list(values: list) -> str:
 def write_comparable(report: Path, folder: Path) -> list[Path]:
     """A run's record.json (without its job times) and every eval row it scored (evals.parquet) into `folder`:
     what `dear compare` reads of a snapshot (docs/demo, `python -m dear.docs --snapshot`). Nothing without a record."""
-    from dear.io import write_json, write_parquet
+    from dear.runtime.io import write_json, write_parquet
     from dear.results import EVAL_SCHEMA
 
     if not (report / "record.json").is_file():

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from dear.io import DIGESTS as FOLDER
-from dear.io import files_under, sha256_file
+from dear.runtime.io import DIGESTS as FOLDER
+from dear.runtime.io import files_under, sha256_file
 
 ALL = "folder.yaml"
 SNAKEMAKE_STAMP = ".snakemake_timestamp"  # Snakemake's, added to a folder output after its job: not the stage's
@@ -76,7 +76,7 @@ def damaged(folder: Path) -> str | None:
 
 def _write(path: Path, what: str, values: dict) -> None:
     """Atomically (a temporary sibling renamed into place), and outside the stage's fault points
-    (`dear.io.FAULTS` counts the stage's own writes; a rerun rewrites every digest anyway)."""
+    (`dear.runtime.io.FAULTS` counts the stage's own writes; a rerun rewrites every digest anyway)."""
     text = f"# {what}; dvc.yaml reads it as a params file (see dear/digest.py)\n" + yaml.safe_dump(values, sort_keys=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

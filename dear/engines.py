@@ -111,7 +111,7 @@ def write_job_files(params: Params, folder: Path, study: list[study_jobs.Job]) -
     stage reads them as params files in dvc.yaml and as inputs in the Snakefile, so a job reruns when, and only
     when, a value it reads or a module it runs changed; and they key Snakemake's between-workflow cache.
     """
-    from dear.io import write_text
+    from dear.runtime.io import write_text
 
     folder, wanted = Path(folder), set()
     for job in study:

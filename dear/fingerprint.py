@@ -334,7 +334,7 @@ def machine() -> dict:
 
 
 def cpu_model() -> str:
-    from dear.io import _cpu_name
+    from dear.runtime.io import _cpu_name
 
     return _cpu_name()
 
@@ -385,7 +385,7 @@ def compare(found: dict[str, str], stored: dict) -> str | None:
 
 
 def write(found: dict[str, str], path: Path = STORED) -> None:
-    from dear.io import write_text
+    from dear.runtime.io import write_text
 
     record = {"items": found, "machine": machine(), "written_by": WRITE}
     write_text(path, json.dumps(record, indent=2) + "\n")

@@ -181,7 +181,7 @@ def write_code_files(folder: str | Path, study: list[Job]) -> list[Path]:
     Snakemake (an input newer than the outputs) and DVC (a params file's values) rerun a job exactly when
     its code changed.
     """
-    from dear.io import write_text
+    from dear.runtime.io import write_text
     from dear.strict_yaml import dump
 
     written = {}

@@ -1,6 +1,6 @@
 """What each job reads: the resolved values of the config that shape its outputs, key by key.
 
-Every output records the values its job read (`dear.io.provenance`: `job.reads`,
+Every output records the values its job read (`dear.runtime.io.provenance`: `job.reads`,
 a flat {dotted key: value}), and both engines compare that record with what the
 config in use says (`dear.stale`), so a job reruns when, and only when, a value
 it reads changed, and the plan names the key. A training job reads the keys its
@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dear.io import sha256_file
+from dear.runtime.io import sha256_file
 from dear.params import Params, sanity_on
 
 

@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 from dear.digest import ALL, FOLDER, SNAKEMAKE_STAMP, damaged
-from dear.io import output_folder, sha256_file, sha256_json
+from dear.runtime.io import output_folder, sha256_file, sha256_json
 
 log = logging.getLogger("dear.machine_cache")
 

@@ -28,7 +28,7 @@ from dear.methods import REGISTRY, entry
 from dear.methods.recipe import load as load_recipe
 from dear.methods.recipe import problems as recipe_problems
 from dear.methods.recipe import resolve
-from dear.paramsfile import DEFAULT_PATH, in_use, use  # noqa: F401 (the stages' and the CLI's names for them)
+from dear.runtime.paramsfile import DEFAULT_PATH, in_use, use  # noqa: F401 (the stages' and the CLI's names for them)
 
 
 class Section(BaseModel):

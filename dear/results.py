@@ -42,7 +42,7 @@ import pandas as pd
 import pyarrow as pa
 
 from dear.errors import DearError
-from dear.io import read_parquet, write_parquet
+from dear.runtime.io import read_parquet, write_parquet
 
 EVAL_SCHEMA = pa.schema([
     pa.field("method", pa.string()),      # one of dear.model.methods.METHODS

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 import pandas as pd
 
 from dear.errors import DearError
-from dear.io import atomic_path, load_torch, read_provenance
+from dear.runtime.io import atomic_path, load_torch, read_provenance
 
 BENCHMARK_SUFFIX = ".benchmark.tsv"
 SERVED_SUFFIX = ".served.tsv"  # a job run through the warm server: its own processes' memory and CPU time

@@ -1,6 +1,6 @@
 """Outputs made otherwise than the config in use would make them: what both engines rerun, and why.
 
-Every output records its job (`dear.io.provenance`: the values it read key by
+Every output records its job (`dear.runtime.io.provenance`: the values it read key by
 key, its arguments, seed, code and input hashes). An output is out of date when
 that record differs from what the job would record now: a value it reads
 changed (in the file or through a `--set` of a hand-made run), it was made for
@@ -24,7 +24,7 @@ from typing import Any
 from dear import jobs as study_jobs
 from dear import keys
 from dear.digest import damaged
-from dear.io import read_provenance, restored_from_output_cache, sha256_file
+from dear.runtime.io import read_provenance, restored_from_output_cache, sha256_file
 from dear.jobs import Job
 from dear.params import Params
 

@@ -387,7 +387,7 @@ class Kit:
         assert torch.equal(loaded, second), "a model loaded from model.pt and one saved again give other logits"
 
     def check_resume(self) -> None:
-        from dear.io import FAULTS
+        from dear.runtime.io import FAULTS
 
         run = self.trained
         model = self.load(run)
@@ -545,7 +545,7 @@ def _write_backbone(folder: Path) -> None:
     """A random-weight backbone as `dear backbone` leaves one: model.pt (state dict) and card.json."""
     import torch
 
-    from dear.io import sha256_file
+    from dear.runtime.io import sha256_file
     from dear.model.clip import create_model
 
     torch.manual_seed(0)
@@ -560,7 +560,7 @@ def _write_roles(path: Path, model_sha256: str) -> None:
     generalization, mixed)."""
     import pyarrow as pa
 
-    from dear.io import write_parquet
+    from dear.runtime.io import write_parquet
     from dear.model.trained import ROLES_SCHEMA
 
     kinds = (("attribute", "color"), ("attribute", "object"), ("generalization", "other"), ("mixed", "other"))
@@ -570,8 +570,8 @@ def _write_roles(path: Path, model_sha256: str) -> None:
 
 
 def _killed(run: Callable[[], Any], point: int) -> int:
-    """Run `run()` in a forked child SIGKILLed at its `point`-th write point (dear.io.FAULTS); its wait status."""
-    from dear.io import FAULTS, KILL_ENV
+    """Run `run()` in a forked child SIGKILLed at its `point`-th write point (dear.runtime.io.FAULTS); its wait status."""
+    from dear.runtime.io import FAULTS, KILL_ENV
 
     pid = os.fork()
     if pid == 0:  # the child never returns into the caller

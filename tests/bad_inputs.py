@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # fake_coop, as pytest's rootdir confte
 
 from dear.cli import app  # noqa: E402
 from dear.data.manifest import FEWSHOT_SCHEMA, MANIFEST_SCHEMA  # noqa: E402
-from dear.io import read_provenance, sha256_file, write_parquet  # noqa: E402
+from dear.runtime.io import read_provenance, sha256_file, write_parquet  # noqa: E402
 from fake_coop import make_fake_dataset, write_params  # noqa: E402
 from tests import fake_run  # noqa: E402
 

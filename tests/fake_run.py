@@ -13,7 +13,7 @@ import yaml
 from PIL import Image
 
 from dear.data.manifest import FEWSHOT_SCHEMA
-from dear.io import sha256_file, write_parquet
+from dear.runtime.io import sha256_file, write_parquet
 from dear.model.trained import ROLES_SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent

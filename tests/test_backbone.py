@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from dear.cli import app
 from dear.data import world as world_data
 from dear.errors import DearError
-from dear.io import DIGESTS
+from dear.runtime.io import DIGESTS
 from dear.model import clip
 from dear.model.pretrain import pretrain
 from dear.model.sanity import world_zero_shot

@@ -6,7 +6,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from dear import jobs
-from dear.io import sha256_file, write_parquet
+from dear.runtime.io import sha256_file, write_parquet
 from dear.params import load_params
 from dear.stages.report import Inputs, with_collected_runs
 from tests import tiny_study

@@ -9,7 +9,7 @@ import yaml
 
 from dear import evaluation
 from dear.data.manifest import classnames, read_fewshot, read_manifest, select
-from dear.io import read_provenance, sha256_file
+from dear.runtime.io import read_provenance, sha256_file
 from dear.stages.fuse import fit_alpha
 from tests.fake_coop import make_fake_dataset
 from tests.fake_run import invoke, prepared_project

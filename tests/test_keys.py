@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from dear import jobs as study_jobs
-from dear.io import record_job, write_json, write_parquet, provenance
+from dear.runtime.io import record_job, write_json, write_parquet, provenance
 from dear.keys import flat, reads
 from dear.params import Params, load_params
 from dear.stale import out_of_date

@@ -260,7 +260,7 @@ def test_start_layer_outside_the_tower_is_an_error(clip):
 def test_load_trained_round_trip_and_mismatches(clip, images, tmp_path):
     roles = fake_run.roles(tmp_path / "roles.parquet", "abc", layers=3, heads=4)
     backbone = Backbone(clip)
-    from dear.io import sha256_file
+    from dear.runtime.io import sha256_file
     from dear.model.trained import read_roles
 
     model = build(clip, "dear", read_roles(roles, backbone, "abc"), seed=3)

@@ -1,6 +1,6 @@
 """Outputs appear whole or not at all, are checked before the work, and nothing silently wrong gets through.
 
-The mechanism (`dear.io.output_folder`, `check_outputs`) on its own, then what
+The mechanism (`dear.runtime.io.output_folder`, `check_outputs`) on its own, then what
 it is for: prepare's folder never mixes runs, a read-only output is found
 before training, the few-shot picks are decoded, fuse never keeps a worse α.
 """
@@ -16,10 +16,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from dear import io
+from dear.runtime import io
 from dear.cli import app
 from dear.errors import DearError
-from dear.io import DIGESTS
+from dear.runtime.io import DIGESTS
 from fake_coop import make_fake_dataset, write_params
 from tests import fake_run
 from tests.bad_inputs import read_only

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import dear.model.clip  # noqa: F401  (registers the embedded architectures)
 from dear.cli import app
 from dear.data.manifest import MANIFEST_SCHEMA
-from dear.io import read_parquet, read_provenance, write_parquet
+from dear.runtime.io import read_parquet, read_provenance, write_parquet
 from dear.stages.profile import HEAD_CONCEPTS_SCHEMA, HEAD_TEXTS_SCHEMA, ROLES_SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent

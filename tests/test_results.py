@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dear.errors import DearError
-from dear.io import read_provenance
+from dear.runtime.io import read_provenance
 from dear.results import (EVAL_SCHEMA, harmonic_mean, read_eval, read_evals, run_metrics, seed_accuracy,
                           split_accuracy, write_eval)
 

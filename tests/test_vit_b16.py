@@ -23,7 +23,7 @@ import yaml
 from typer.testing import CliRunner
 
 from dear.cli import app
-from dear.io import DIGESTS, read_parquet, read_provenance, sha256_file
+from dear.runtime.io import DIGESTS, read_parquet, read_provenance, sha256_file
 from dear.results import OUTPUT
 from dear.stages.profile import ROLES_SCHEMA
 from tests.fake_coop import make_fake_dataset, write_params

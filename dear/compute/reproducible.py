@@ -34,7 +34,7 @@ docs/compute.md). With the setting on, a stage pins all of them:
 Environment variables are read by the libraries when torch first loads or
 first computes, so `apply` runs in the `dear` command before any import of
 torch (`dear.cli`), and the stage's worker processes inherit them. What was in
-force goes into every output's provenance (`in_force`, `dear.io.provenance`),
+force goes into every output's provenance (`in_force`, `dear.runtime.io.provenance`),
 with the branch MKL reports it runs (`mkl_branch`: it replaces a branch the CPU
 cannot take by AUTO, its own pick, without a word). `python -m dear.fingerprint`
 checks the promise on a machine in seconds (tests/test_fingerprint.py).

@@ -20,7 +20,7 @@ import numpy as np
 from dear.data.world_emoji import catalog
 from dear.data.world_scene import COLORS, POSITION_NAMES, SHAPES, TEXTURES, Canvas, Scene, render
 from dear.errors import DearError
-from dear.paramsfile import in_use
+from dear.runtime.paramsfile import in_use
 
 SPLITS = ("train", "val", "test")
 ATTRIBUTE_SETS = {"colors": "color", "textures": "texture", "shapes": "shape", "positions": "position"}

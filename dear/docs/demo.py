@@ -21,7 +21,7 @@ import pandas as pd
 
 from dear.docs.format import percent, table
 from dear.errors import DearError
-from dear.io import read_json, write_bytes, write_json
+from dear.runtime.io import read_json, write_bytes, write_json
 from dear.params import load_params
 
 SNAPSHOT = Path("docs/demo")

@@ -17,7 +17,7 @@ import pyarrow as pa
 import torch
 
 from dear.errors import DearError
-from dear.io import load_torch, read_parquet, sha256_file, write_bytes
+from dear.runtime.io import load_torch, read_parquet, sha256_file, write_bytes
 from dear.methods import create
 from dear.methods.recipe import Recipe, lengthened
 from dear.model import internals as oc

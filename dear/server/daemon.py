@@ -13,7 +13,7 @@ Per command, two processes:
   command, sends its pid back, and waits for whichever ends first: the
   command (its wait status goes back to the client) or the client (gone: the
   command's process group is killed, as the kernel kills a stage whose `dear`
-  process was killed: dear.supervise);
+  process was killed: dear.runtime.supervise);
 - the command (`_become`): its own process group, the client's streams,
   folder, environment, argv and import path, `dear` dropped from
   `sys.modules` so that it and any plugin are imported fresh from disk, its

@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from dear import jobs as study_jobs
 from dear.errors import DearError
-from dear.io import output_folder, provenance, read_provenance, sha256_file, write_json
+from dear.runtime.io import output_folder, provenance, read_provenance, sha256_file, write_json
 from dear.params import Params
 
 log = logging.getLogger("dear.collect")

@@ -43,7 +43,7 @@ import torch
 from dear import evaluation
 from dear.data.manifest import read_manifest
 from dear.errors import DearError
-from dear.io import output_folder, provenance, read_json, sha256_json, write_json
+from dear.runtime.io import output_folder, provenance, read_json, sha256_json, write_json
 from dear.methods import entry
 from dear.model.clip import load_backbone
 from dear.model.trained import load_trained, read_trained

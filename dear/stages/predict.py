@@ -35,9 +35,9 @@ import torch
 
 from dear.compute import cpus
 from dear.errors import DearError
-from dear.io import files_under, output_folder, provenance, sha256_json, write_parquet, write_text
+from dear.runtime.io import files_under, output_folder, provenance, sha256_json, write_parquet, write_text
 from dear.params import Params
-from dear.progress import track
+from dear.runtime.progress import track
 
 log = logging.getLogger("dear.predict")
 
@@ -172,7 +172,7 @@ def rules_line(rules: list[str], rule: str, params: Params) -> str:
 
 
 def fusion_alpha(path: Path | None, model) -> torch.Tensor:
-    from dear.io import read_json
+    from dear.runtime.io import read_json
 
     if path is None:
         return model.alpha.detach().float().cpu()

@@ -4,7 +4,7 @@ Reads the eval.parquet files given (schema in `dear.results`), the train logs
 and the head-role heatmaps, or the runs each `results/<method>/runs.json` of
 `dear collect` lists (each file's sha256 checked), checks all of them, computes everything in
 memory, and only then writes the output folder, which replaces the old one
-as a whole (`dear.io.output_folder`):
+as a whole (`dear.runtime.io.output_folder`):
 
     results.md, results.csv        tables per protocol (dear.report.tables / markdown), pictures linked
     differences.csv                paired differences (report.compare against each method, and each `+roles` variant
@@ -36,7 +36,7 @@ import pandas as pd
 
 from dear.errors import DearError
 from dear import runrecord
-from dear.io import (output_folder, provenance, read_json, read_parquet, read_provenance, sha256_file, sha256_json,
+from dear.runtime.io import (output_folder, provenance, read_json, read_parquet, read_provenance, sha256_file, sha256_json,
                      write_bytes, write_json)
 from dear.methods import ROLES
 from dear.methods.recipe import FEWEST_STEPS

@@ -28,7 +28,7 @@ from typing import ClassVar
 import pyarrow as pa
 
 from dear.errors import DearError
-from dear.io import check_output_file, output_folder, provenance, sha256_file, sha256_json, versions, write_parquet
+from dear.runtime.io import check_output_file, output_folder, provenance, sha256_file, sha256_json, versions, write_parquet
 from dear.methods.recipe import FEWEST_STEPS, lengthened
 from dear.model import internals as oc
 from dear.model.trained import backbone_sha256, read_roles, save_trained

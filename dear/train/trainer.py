@@ -42,7 +42,7 @@ from dear.errors import DearError
 from dear.methods.base import MethodModel
 from dear.methods.recipe import Recipe
 from dear.params import Compute
-from dear.progress import track
+from dear.runtime.progress import track
 from dear.train import checkpoint
 from dear.train.data import (Schedule, ShotImages, ShotPasses, Shots, Views, loader, passes, train_transform,
                              unaugmented_transform)

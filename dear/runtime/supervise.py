@@ -5,7 +5,7 @@ A process killed by SIGKILL (the kernel's OOM killer, a scheduler's limit,
 learns nothing. So a `dear <stage>` process forks before the stage starts:
 the child runs the stage, the parent only waits. When the child dies of a
 signal, the parent writes the last line the child could not: the signal's
-name, how long it ran, where the stage was (`dear.status`, read from memory
+name, how long it ran, where the stage was (`dear.runtime.status`, read from memory
 the two share), the child's peak memory (the kernel's count, from `wait4`)
 and, where they are known, the memory limits and whether the kernel's OOM
 killer ended it. It then exits as a shell does for a killed command
@@ -27,7 +27,7 @@ import signal
 import sys
 from typing import Callable
 
-from dear import status, stops
+from dear.runtime import status, stops
 
 _PR_SET_PDEATHSIG = 1
 

@@ -1,10 +1,10 @@
-"""Where the running stage is and what memory it used, for the last line of a job that stopped (`dear.stops`).
+"""Where the running stage is and what memory it used, for the last line of a job that stopped (`dear.runtime.stops`).
 
 A stage reports its place as it goes: `dear.cli` the stage and the seed,
-`dear.progress.track` the loop and how far it got, the training checkpoint
+`dear.runtime.progress.track` the loop and how far it got, the training checkpoint
 its step. When the job stops on an error, Ctrl-C, a signal or a lack of
 memory, `where()` goes into the line that ends its log. A job killed outright
-(SIGKILL) runs no code any more, so the supervising parent (`dear.supervise`)
+(SIGKILL) runs no code any more, so the supervising parent (`dear.runtime.supervise`)
 writes that line instead; it reads the place from memory it shares with the
 stage (`share()`, before the fork), which the stage rewrites at each update
 (a few hundred bytes, microseconds: cheap next to a loop's item). The memory

@@ -459,7 +459,7 @@ def code_version() -> dict[str, Any]:
     Asked of git once per process; a package installed without its git
     checkout says so instead.
     """
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> str | None:
         try:

@@ -1,4 +1,4 @@
-"""Progress of long loops: a bar on a terminal, lines in a log, and the place a stopped job reports (`dear.status`).
+"""Progress of long loops: a bar on a terminal, lines in a log, and the place a stopped job reports (`dear.runtime.status`).
 
 Bars go to stderr, never stdout (rich's default console), so what a program
 prints on stdout (a benchmark's Markdown) holds no bar; off a terminal (a job's
@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator, TypeVar
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from dear import status
+from dear.runtime import status
 
 T = TypeVar("T")
 FIRST_AFTER = 5.0  # seconds from a loop's start to its first line in a log

@@ -5,15 +5,15 @@ Every way a stage can stop has its line here: Ctrl-C and SIGTERM/SIGHUP
 and what a rerun does), an exception that is not bad input (`failed`: out of
 memory with the peak and the limits, or an unexpected error), and a death by
 signal, which the stage cannot report itself (`killed`: written by the parent
-that watches it, dear/supervise.py). Bad input has its own line (`DearError`).
-Where the stage was comes from `dear.status`.
+that watches it, dear/runtime/supervise.py). Bad input has its own line (`DearError`).
+Where the stage was comes from `dear.runtime.status`.
 """
 
 from __future__ import annotations
 
 import signal
 
-from dear import status
+from dear.runtime import status
 
 CRASHES = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
 
