@@ -60,7 +60,7 @@ def child(side: str, steps: int) -> dict:
     import train_step  # noqa: E402  (benchmarks/)
     from dear.data import world
     from dear.model import clip, pretrain
-    from dear.params import load_params
+    from dear.config.params import load_params
 
     params = load_params(ROOT / "params.yaml")
     arch = clip.resolve_arch(params.model.arch)

@@ -61,7 +61,7 @@ def evaluation_ratio(args) -> dict:
     from dear.compute import device as devices
     from dear import evaluation
     from dear.methods import create
-    from dear.params import load_params
+    from dear.config.params import load_params
 
     params = load_params(ROOT / "params.yaml")
     model, size = profile_speed.make_model(args.arch)

@@ -52,7 +52,7 @@ class Bench:
         from dear.methods import create
         from dear.methods.recipe import resolve
         from dear.model import internals
-        from dear.params import load_params
+        from dear.config.params import load_params
         from dear.train.data import Schedule
         from dear.train.trainer import make_loop
 

@@ -338,7 +338,7 @@ def _bank(bank, allowed: Sequence[str]):
 
 def _profile_config(settings: RoleSettings, layers: int, rank: int, picks: int, allowed: list[str]):
     """The pipeline's `Profile` section for these settings (the stage's functions read it)."""
-    from dear.params import Profile
+    from dear.config.params import Profile
 
     return Profile.model_validate({
         "dataset": "api", "split": "train", "max_images": 2, "seed": 0, "batch_size": 1, "text_batch_size": 1,

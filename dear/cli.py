@@ -31,12 +31,12 @@ if __name__ == "__main__" or Path(sys.argv[0]).name == "dear":  # the command, n
 
 from dear.runtime import status, stops, supervise  # noqa: E402
 from dear.compute import cpus  # noqa: E402
-from dear.check import check_file, stage_problems  # noqa: E402
-from dear.check import warnings as check_warnings  # noqa: E402
+from dear.config.check import check_file, stage_problems  # noqa: E402
+from dear.config.check import warnings as check_warnings  # noqa: E402
 from dear.errors import DearError  # noqa: E402
 from dear.methods import names as method_names  # noqa: E402
-from dear.params import DEFAULT_PATH, load_params, parse_overrides  # noqa: E402
-from dear.params import use as use_params  # noqa: E402
+from dear.config.params import DEFAULT_PATH, load_params, parse_overrides  # noqa: E402
+from dear.config.params import use as use_params  # noqa: E402
 
 app = typer.Typer(
     name="dear",
@@ -186,8 +186,9 @@ def _restored(name: str, job: dict, inputs: dict, outputs: dict, stage) -> bool 
 
 def job_record(stage: str, params, inputs: dict) -> dict:
     """What every output of this run records about its job: the stage, its arguments, the values it reads
-    (resolved, key by key: dear.keys), the sha256 of its code and each file's fingerprint (dear.jobs.code)."""
-    from dear import jobs, keys
+    (resolved, key by key: dear.config.keys), the sha256 of its code and each file's fingerprint (dear.jobs.code)."""
+    from dear import jobs
+    from dear.config import keys
     from dear.methods import entry
 
     shots = {"shots": inputs["shots"]} if inputs.get("shots") is not None else {}  # a few-shot run's K
@@ -737,7 +738,7 @@ def recipe(
     """Show each training job's recipe: values and their sources.
 
     The resolved recipe of every training job of a config: each value and its source, and the prompts."""
-    from dear.methods import show
+    from dear.config import show
 
     with _one_line_errors():
         loaded = load_params(params, overrides or ())
@@ -776,7 +777,7 @@ def fetch_weights(params: Path = ParamsOption) -> None:
     with _one_line_errors():
         loaded = load_params(params)
         model = loaded.model
-        from dear.check import job_recipes
+        from dear.config.check import job_recipes
         from dear.methods import descriptions
         from dear.model.clip import resolve_arch
         from dear.model.weights import fetch_configured  # the network goes on for the download only

@@ -8,9 +8,9 @@ plus an `importlib.import_module` of a constant name. A module imported
 only under `if TYPE_CHECKING:` runs nothing and is left out. The import
 graph is the provenance graph, so a module imports only what it uses.
 
-The params schema (`dear/params.py`, `VALUES`) is not code but the shape of
+The params schema (`dear/config/params.py`, `VALUES`) is not code but the shape of
 the values: every job records the values it reads, validated and resolved,
-and both engines compare them key by key (`dear.keys`, `dear.stale`).
+and both engines compare them key by key (`dear.config.keys`, `dear.stale`).
 
 Package data counts with the modules that read it: a file of `dear/resources/`
 whose name or stem a module spells as a string (`"text_bank.tsv"`,
@@ -54,9 +54,9 @@ NAME = "dear"
 RESOURCES = PACKAGE / "resources"
 # module -> the module-level dict of entries keyed by name (a method, a dataset) that jobs pick from
 REGISTRIES = {"dear.methods": "REGISTRY", "dear.data.coop": "SPECS"}
-# the schema of the values: a job's values are recorded and compared key by key once validated (dear.keys,
+# the schema of the values: a job's values are recorded and compared key by key once validated (dear.config.keys,
 # dear.stale), so a new key or a reworded check there changes no job's code; not counted, not followed
-VALUES = {"dear.params"}
+VALUES = {"dear.config.params"}
 HELP_KEYWORDS = {"Field": "description", "Option": "help", "Argument": "help"}  # call -> its help text
 # what an analysis on disk was made by: this module's own source, Python's syntax trees, PyYAML's reading
 _ANALYSER = hashlib.sha256(b"\0".join([Path(__file__).read_bytes(), sys.version.encode(),

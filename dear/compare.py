@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 
 from dear.errors import DearError
-from dear.params import Params
+from dear.config.params import Params
 from dear.report import paired
 from dear.results import read_evals
 

@@ -1,7 +1,7 @@
 """Planning: what both engines run before a plan, so a plan never looks valid for a config the run would refuse.
 
-- `config_problems`: the config files read strictly (dear.strict_yaml) and every
-  check of `dear check` (dear.check); what depends only on the values stops a
+- `config_problems`: the config files read strictly (dear.config.strict_yaml) and every
+  check of `dear check` (dear.config.check); what depends only on the values stops a
   plan, what depends on this machine (data folders, weights, CUDA) is returned
   apart: a dry run may plan on another machine, a real run stops on it.
 - `out_of_date` lines (dear.stale): the jobs whose existing outputs were made
@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Iterable, NoReturn
 
 from dear import jobs as study_jobs
-from dear import keys, strict_yaml
-from dear.check import check_raw
+from dear.config import keys, strict_yaml
+from dear.config.check import check_raw
 from dear.digest import mark_changed
 from dear.errors import DearError
-from dear.params import Params
+from dear.config.params import Params
 
 
 def config_problems(files: Iterable[str], raw: dict, params_file: str) -> tuple[Params | None, list[str], list[str]]:
@@ -117,7 +117,7 @@ def write_job_files(params: Params, folder: Path, study: list[study_jobs.Job]) -
     for job in study:
         path = job_file(folder, job)
         wanted.add(path)
-        text = (f"# The values `{job.name}` reads, resolved (dear.keys); written by `dear check --jobs` and the Snakefile,\n"
+        text = (f"# The values `{job.name}` reads, resolved (dear.config.keys); written by `dear check --jobs` and the Snakefile,\n"
                 "# read by both engines (dvc.yaml: a params file; the Snakefile: an input).\n"
                 + strict_yaml.dump(job_values(params, job)))
         if not path.is_file() or path.read_text() != text:  # unchanged files keep their time

@@ -20,7 +20,7 @@ from dear.data.manifest import check_images_exist, read_rgb, select
 from dear.data.manifest import classnames as manifest_classnames
 from dear.errors import DearError, from_workers
 from dear.model import internals as oc
-from dear.params import Compute
+from dear.config.params import Compute
 from dear.runtime.progress import track
 from dear.train.data import test_transform
 

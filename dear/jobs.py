@@ -6,7 +6,7 @@ stages. A job appears only when the config asks for it: no transfer job with
 `study.transfer: null` (or `enabled: false`), no few-shot job with
 `study.few_shot: null` (or `enabled: false`), no base-to-novel job with
 `study.base_to_novel: []`, no world job when nothing reads the world
-(`dear.params.world_needed`). tests/test_engines.py checks these against both
+(`dear.config.params.world_needed`). tests/test_engines.py checks these against both
 engines' graphs.
 """
 
@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from dear import codegraph
-from dear.params import Params, world_needed
+from dear.config.params import Params, world_needed
 
 METHOD_STAGES = ("train", "fuse", "evaluate")  # stages whose job runs one method's module
 # stages whose outputs one machine keeps for every study (Snakemake's `cache: True`, DVC's run-cache): their code
@@ -109,7 +109,7 @@ def code(stage: str, method: str | None = None, dataset: str | None = None) -> C
     model's module and the module its entry point names, followed inside that
     package), the resources they name, the method's recipe files, and of each
     registry in the closure the one entry the job picks.
-    The `dear` command around the stage (dear/cli.py parsing, dear/check.py
+    The `dear` command around the stage (dear/cli.py parsing, dear/config/check.py
     refusing bad values) decides whether a job runs, never what it writes,
     and is not counted: a new check or a reworded help changes no job's code.
     The name carries the method and dataset only where an entry of theirs
@@ -182,7 +182,7 @@ def write_code_files(folder: str | Path, study: list[Job]) -> list[Path]:
     its code changed.
     """
     from dear.runtime.io import write_text
-    from dear.strict_yaml import dump
+    from dear.config.strict_yaml import dump
 
     written = {}
     for job in study:

@@ -55,11 +55,11 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import lsq_linear
 
-from dear.check import split_size
+from dear.config.check import split_size
 from dear.data import coop
 from dear.errors import DearError
 from dear.methods.recipe import epochs_for
-from dear.params import Params, validate, world_needed
+from dear.config.params import Params, validate, world_needed
 from dear.compute.probe import arch_config
 
 TRAINS_NOTHING = ("zeroshot",)

@@ -95,7 +95,7 @@ class Kit:
     def params_path(self) -> Path:
         """The method's params file; the datasets drawn and prepared and the backbone written (once per folder:
         kits of several methods in one folder share them)."""
-        from dear.params import load_params
+        from dear.config.params import load_params
 
         path = self.folder / self.method / "params.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,7 +211,7 @@ class Kit:
         """A fresh model of the method as `dear train` builds it for `run` (default: the first protocol's)."""
         from dear.methods import create
         from dear.model.trained import read_roles
-        from dear.params import load_params
+        from dear.config.params import load_params
 
         run = run or self.runs()[0]
         params = load_params(self.params_path)
@@ -466,7 +466,7 @@ class Kit:
         from threadpoolctl import threadpool_limits
 
         from dear.compute import blas
-        from dear.params import load_params
+        from dear.config.params import load_params
 
         torch.manual_seed(0)
         images = torch.randn(3, 3, 32, 32)

@@ -201,7 +201,7 @@ PARAMS = [
 
 
 def params_text_case(id: str, stage: str, given: str, edit: Callable[[str], str], expect: list[str]) -> Case:
-    """A params file edited as text: what YAML itself reads differently (dear.strict_yaml)."""
+    """A params file edited as text: what YAML itself reads differently (dear.config.strict_yaml)."""
     def setup(inputs: Inputs, here: Path, patch) -> None:
         (here / "params.yaml").write_text(edit(yaml.safe_dump(yaml.safe_load(inputs.params.read_text()),
                                                               sort_keys=False)))

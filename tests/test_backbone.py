@@ -17,7 +17,7 @@ from dear.runtime.io import DIGESTS
 from dear.model import clip
 from dear.model.pretrain import pretrain
 from dear.model.sanity import world_zero_shot
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.stages import backbone as backbone_stage
 from dear.stages import world as world_stage
 
@@ -182,7 +182,7 @@ def test_unknown_tag_fails_in_one_line():
 
 def test_corpus_augmentation_is_seeded_per_step_and_off_when_asked(params):
     from dear.model.pretrain import augmentation, augmented
-    from dear.params import Augmentation
+    from dear.config.params import Augmentation
 
     pixels = torch.rand(4, 3, 32, 32)
     augment = augmentation(Augmentation(crop_scale=[0.5, 1.0], flip_prob=0.5, interpolation="bicubic"), 32)
@@ -197,7 +197,7 @@ def test_corpus_augmentation_is_seeded_per_step_and_off_when_asked(params):
 def test_the_world_sanity_check_is_for_the_embedded_backbone_and_names_its_key(built, tmp_path, monkeypatch):
     """backbone.sanity.enabled: auto scores only the embedded backbone on the world; by hand, one's own weights need
     no world, and a check asked for without one says which key turns it off."""
-    from dear.params import sanity_on, world_needed
+    from dear.config.params import sanity_on, world_needed
 
     params_file, _, folder = built
     monkeypatch.chdir(tmp_path)  # --world's default, world/, is not there

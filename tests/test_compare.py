@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.plan import plan
 from dear.runrecord import read_benchmarks
 from tests import tiny_study

@@ -31,7 +31,7 @@ def test_importing_a_data_module_loads_neither_params_nor_methods(module):
     assert done.returncode == 0, done.stderr[-2000:]
     loaded = json.loads(done.stdout.splitlines()[-1])
     assert module in loaded
-    upward = [name for name in loaded if name == "dear.params" or name.split(".")[:2] == ["dear", "methods"]]
+    upward = [name for name in loaded if name == "dear.config.params" or name.split(".")[:2] == ["dear", "methods"]]
     assert upward == [], f"{module} loads {upward}"
 
 

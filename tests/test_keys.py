@@ -1,4 +1,4 @@
-"""What each job reads (dear.keys), the study's jobs (dear.jobs) and what makes an output out of date (dear.stale)."""
+"""What each job reads (dear.config.keys), the study's jobs (dear.jobs) and what makes an output out of date (dear.stale)."""
 
 from pathlib import Path
 
@@ -8,8 +8,8 @@ import yaml
 
 from dear import jobs as study_jobs
 from dear.runtime.io import record_job, write_json, write_parquet, provenance
-from dear.keys import flat, reads
-from dear.params import Params, load_params
+from dear.config.keys import flat, reads
+from dear.config.params import Params, load_params
 from dear.stale import out_of_date
 
 ROOT = Path(__file__).resolve().parents[1]

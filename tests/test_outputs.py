@@ -164,7 +164,7 @@ def test_a_read_only_output_is_found_before_training(tmp_path, monkeypatch):
 
 def test_the_refit_never_lowers_validation_accuracy():
     from dear import evaluation
-    from dear.params import Compute
+    from dear.config.params import Compute
     from dear.stages.fuse import choose_alpha, fit_alpha
 
     generator = torch.Generator().manual_seed(0)

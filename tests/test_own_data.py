@@ -19,11 +19,11 @@ from dear.cli import app
 from dear.data import custom, datasets, fewshot
 from dear.data.manifest import read_manifest
 from dear.errors import DearError
-from dear.keys import reads
+from dear.config.keys import reads
 from dear.methods import REGISTRY
 from dear.methods.recipe import resolve
-from dear.methods.show import example_classes
-from dear.params import load_params
+from dear.config.show import example_classes
+from dear.config.params import load_params
 from fake_coop import write_params
 from tests.own_data import CLASSES, csv_copy, imagefolder
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from dear.methods import create
 from dear.methods.prompts import context
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.train import data as train_data
 from dear.train.data import Schedule
 from dear.train.trainer import EpochCosine

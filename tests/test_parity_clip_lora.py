@@ -19,7 +19,7 @@ from torch import nn
 
 from dear.methods import clip_lora as ours_module
 from dear.methods import create
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.train.data import Schedule, Shots
 from dear.train.trainer import StepCosine, schedule_of
 from tests import fake_run

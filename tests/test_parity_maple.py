@@ -18,8 +18,8 @@ from dear.compute.device import Precision
 from dear.errors import DearError
 from dear.methods import create
 from dear.methods.prompts import context
-from dear.methods.show import prompts_of
-from dear.params import load_params
+from dear.config.show import prompts_of
+from dear.config.params import load_params
 from tests import fake_run
 from tests.floats import GRADIENT_ULPS, assert_same_up_to_rounding
 from tests.methods_tools import Backbone, norm, recipe, tokenize

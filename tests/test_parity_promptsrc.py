@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from dear.compute.device import Precision
 from dear.errors import DearError
 from dear.methods import create
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.train.averaging import gaussian_weights
 from tests import fake_run
 from tests.floats import assert_same_up_to_rounding

@@ -26,7 +26,7 @@ import yaml
 from dear.errors import DearError
 from dear.methods import create, prompts
 from dear.methods.tac import kmeans_cosine
-from dear.params import load_params
+from dear.config.params import load_params
 from tests import fake_run
 from tests.methods_tools import Backbone, norm, recipe, tokenize
 from tests.test_parity import dassl_lr, our_epoch_lrs

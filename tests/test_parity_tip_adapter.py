@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from dear.methods import create
 from dear.methods import tip_adapter_f as tip
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.train.data import Shots
 from dear.train.trainer import StepCosine, make_loop, schedule_of
 from dear.compute import device as devices

@@ -386,7 +386,7 @@ def test_every_module_a_stage_runs_is_in_its_code(snakemake_project, tmp_path):
     """Each stage run for real, profiled from its import to the end of its `run`: every package file whose code
     ran is in the job's code (dear.jobs.code), but the params schema, whose values each output records."""
     from dear import codegraph, jobs
-    from dear.params import load_params
+    from dear.config.params import load_params
 
     tree = tmp_path / "tree"
     shutil.copytree(snakemake_project, tree, symlinks=True)
@@ -401,7 +401,7 @@ def test_every_module_a_stage_runs_is_in_its_code(snakemake_project, tmp_path):
         shell = re.search(r"Shell command: (dear \w+ .*)", block)
         if name in WATCHED.values() and shell:
             commands[name] = shell.group(1).split()
-    values = {f"{module.replace('.', '/')}.py" for module in codegraph.VALUES}  # dear/params.py
+    values = {f"{module.replace('.', '/')}.py" for module in codegraph.VALUES}  # dear/config/params.py
     for stage, name in WATCHED.items():
         record = tmp_path / f"{stage}.json"
         words = [match for word in commands[name][1:]  # the shell's globs (the report's), a literal where none match

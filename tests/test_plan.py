@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.plan import fit, image_gflops, planned_jobs, prompt_gflops, size, work
 from tests import tiny_study
 

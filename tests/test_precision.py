@@ -43,7 +43,7 @@ def test_fp16_is_clip_and_the_learnable_tensors_in_half_with_norms_in_fp32():
 @pytest.mark.parametrize("method,precision", [("coop", "fp16"), ("mmrl", "amp"), ("dear_nomask", "bf16")])
 def test_the_authors_precisions_train_on_cuda(method, precision, tmp_path):
     from tests import fake_run
-    from dear.params import load_params
+    from dear.config.params import load_params
     from dear.stages import train
 
     sha = fake_run.backbone(tmp_path / "backbone")

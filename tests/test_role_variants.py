@@ -244,8 +244,8 @@ def test_a_variant_s_recipe_records_the_study_s_roles_and_dear_recipe_shows_ever
     import yaml
 
     from dear.methods.recipe import problems
-    from dear.methods.show import as_text
-    from dear.params import load_params
+    from dear.config.show import as_text
+    from dear.config.params import load_params
     from tests.methods_tools import demo_recipes
 
     raw = yaml.safe_load(open("configs/demo-roles.yaml"))

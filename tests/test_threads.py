@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from dear.compute import cpus
-from dear.params import Params
+from dear.config.params import Params
 from tests import tiny_study
 from tests.engines import BIN, ROOT, make_project, run
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from dear.cli import app
 from dear.errors import DearError
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.stages import train as stage
 from dear.train import checkpoint as ckpt_module
 from dear.train import trainer

@@ -115,7 +115,7 @@ def test_roles_cover_the_48_heads_of_layers_9_to_12(study):
 def test_every_output_loads_with_the_adapted_models_shapes(study):
     from dear.model.clip import load_backbone
     from dear.model.trained import load_trained
-    from dear.params import load_params
+    from dear.config.params import load_params
 
     backbone = load_backbone(study["root"] / "backbone")
     adapted = load_trained(study["run"] / "train/seed1/model.pt", backbone, study["roles"] / "roles.parquet",

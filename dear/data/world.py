@@ -363,6 +363,6 @@ def tiny_params() -> dict[str, dict]:
 
 def tiny(params):
     """`params` with the tiny world, model and backbone sections (for tests)."""
-    small = tiny_params()  # each section validated by its own model class (the data layer never imports dear.params)
+    small = tiny_params()  # each section validated by its own model class (the data layer never imports dear.config.params)
     return params.model_copy(update={key: type(getattr(params, key)).model_validate(small[key])
                                      for key in ("world", "model", "backbone")})

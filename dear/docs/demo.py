@@ -22,7 +22,7 @@ import pandas as pd
 from dear.docs.format import percent, table
 from dear.errors import DearError
 from dear.runtime.io import read_json, write_bytes, write_json
-from dear.params import load_params
+from dear.config.params import load_params
 
 SNAPSHOT = Path("docs/demo")
 PICTURE = Path("docs/img/base_novel.png")

@@ -528,7 +528,7 @@ def provenance(params: Any, inputs: dict[str, str | os.PathLike] | None = None, 
     `params` is a pydantic section (or a dict of them); inputs that are
     folders are recorded by path only (hashing a dataset is `data.verify`'s job).
     Run by a `dear` command, it also records the job: the resolved values it
-    read key by key (`dear.keys`), its arguments and the sha256 of its code.
+    read key by key (`dear.config.keys`), its arguments and the sha256 of its code.
     """
     params_dict = _as_dict(params)
     hashes, paths = {}, {}

@@ -1,6 +1,6 @@
 """Which params file the running stage read: what its messages ask to edit.
 
-Apart from `dear.params` so that the data layer (`dear.data`), which names
+Apart from `dear.config.params` so that the data layer (`dear.data`), which names
 the file in its messages, never imports the params schema (and through it
 the methods' registry): the schema validates with the data layer's checks,
 never the reverse.

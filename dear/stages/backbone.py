@@ -29,7 +29,7 @@ from dear.runtime.io import output_folder, provenance, read_json, sha256_file, s
 from dear.model import clip, weights
 from dear.model.pretrain import pretrain
 from dear.model.sanity import world_zero_shot
-from dear.params import Params, in_use, sanity_on
+from dear.config.params import Params, in_use, sanity_on
 
 log = logging.getLogger("dear.backbone")
 

@@ -27,7 +27,7 @@ from typing import ClassVar
 from dear import jobs as study_jobs
 from dear.errors import DearError
 from dear.runtime.io import output_folder, provenance, read_provenance, sha256_file, write_json
-from dear.params import Params
+from dear.config.params import Params
 
 log = logging.getLogger("dear.collect")
 RUNS = "runs.json"
@@ -52,7 +52,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     runs = [listed(job.name, seed, Path(file)) for job in study_jobs.evaluations(study_jobs.jobs(params), inputs.method)
             for seed, file in job.records]
     files = {f"{kind}:{run['job']}:seed{run['seed']}": run[kind] for run in runs for kind in ("eval", "model")}
-    study = params.study  # what decides the method's runs (dear.keys: collect), not the other methods
+    study = params.study  # what decides the method's runs (dear.config.keys: collect), not the other methods
     record = provenance({"seeds": params.data.seeds, "base_to_novel": study.base_to_novel, "transfer": study.transfer,
                          "few_shot": study.few_shot}, inputs=files)
     with output_folder(outputs.folder, Outputs.FILES) as folder:

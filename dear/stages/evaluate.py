@@ -47,7 +47,7 @@ from dear.runtime.io import output_folder, provenance, read_json, sha256_json, w
 from dear.methods import entry
 from dear.model.clip import load_backbone
 from dear.model.trained import load_trained, read_trained
-from dear.params import Params
+from dear.config.params import Params
 from dear.results import FUSED, OUTPUT, eval_frame, few_shot_protocol, run_metrics, write_eval
 
 log = logging.getLogger("dear.evaluate")

@@ -24,7 +24,7 @@ from dear.errors import DearError
 from dear.runtime.io import filesystem_errors, provenance, write_json
 from dear.model.clip import load_backbone
 from dear.model.trained import load_trained
-from dear.params import Params
+from dear.config.params import Params
 
 log = logging.getLogger("dear.fuse")
 

@@ -36,7 +36,7 @@ import torch
 from dear.compute import cpus
 from dear.errors import DearError
 from dear.runtime.io import files_under, output_folder, provenance, sha256_json, write_parquet, write_text
-from dear.params import Params
+from dear.config.params import Params
 from dear.runtime.progress import track
 
 log = logging.getLogger("dear.predict")

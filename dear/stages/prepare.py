@@ -37,7 +37,7 @@ from dear.data.manifest import (EXCLUDED_SCHEMA, FEWSHOT_SCHEMA, MANIFEST_SCHEMA
                                 excluded_path, fewshot_path, manifest_path)
 from dear.errors import DearError
 from dear.runtime.io import output_folder, provenance, write_parquet
-from dear.params import Params
+from dear.config.params import Params
 
 log = logging.getLogger("dear.prepare")
 

@@ -38,7 +38,7 @@ from dear.model.decompose import check_layers, head_statistics
 from dear.model.textbank import TextBank, load_bank
 from dear.model.textspan import Pick, check_rank, text_span
 from dear.model.trained import backbone_sha256
-from dear.params import Params, Profile
+from dear.config.params import Params, Profile
 from dear.runtime.progress import track
 
 log = logging.getLogger("dear.profile")
@@ -127,7 +127,7 @@ class HeadResult:
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
-    cfg = params.profile  # checked first by `dear.check` (roles thresholds, bank, rank vs picks)
+    cfg = params.profile  # checked first by `dear.config.check` (roles thresholds, bank, rank vs picks)
     bank = load_bank(cfg.text_bank, cfg.concepts.allowed, params.world)
     paths = image_paths(inputs.manifest, cfg)
     from dear.model.clip import load_backbone

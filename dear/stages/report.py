@@ -40,7 +40,7 @@ from dear.runtime.io import (output_folder, provenance, read_json, read_parquet,
                      write_bytes, write_json)
 from dear.methods import ROLES
 from dear.methods.recipe import FEWEST_STEPS
-from dear.params import Params
+from dear.config.params import Params
 from dear.model import ablation
 from dear.report import markdown, paired, paper, plots, reference, tables
 from dear.report.train_logs import read_train_logs

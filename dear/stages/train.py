@@ -32,7 +32,7 @@ from dear.runtime.io import check_output_file, output_folder, provenance, sha256
 from dear.methods.recipe import FEWEST_STEPS, lengthened
 from dear.model import internals as oc
 from dear.model.trained import backbone_sha256, read_roles, save_trained
-from dear.params import Params
+from dear.config.params import Params
 from dear.train import features, trainer
 from dear.train.data import check_images_exist, training_shots
 

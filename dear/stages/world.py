@@ -23,7 +23,7 @@ from PIL import Image
 from dear.data import world as world_data
 from dear.data.world_scene import render
 from dear.runtime.io import output_folder, provenance, sha256_json, write_json, write_parquet
-from dear.params import Params
+from dear.config.params import Params
 from dear.runtime.progress import track
 
 log = logging.getLogger("dear.world")

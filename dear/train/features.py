@@ -16,7 +16,7 @@ from pathlib import Path
 from dear import evaluation
 from dear.data.manifest import check_images_exist, read_fewshot, select
 from dear.errors import DearError
-from dear.params import Compute
+from dear.config.params import Compute
 from dear.train.data import Shots
 
 log = logging.getLogger("dear.train")

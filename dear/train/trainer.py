@@ -41,7 +41,7 @@ from dear.compute import device as devices
 from dear.errors import DearError
 from dear.methods.base import MethodModel
 from dear.methods.recipe import Recipe
-from dear.params import Compute
+from dear.config.params import Compute
 from dear.runtime.progress import track
 from dear.train import checkpoint
 from dear.train.data import (Schedule, ShotImages, ShotPasses, Shots, Views, loader, passes, train_transform,

@@ -11,8 +11,8 @@ from snakemake.exceptions import WorkflowError
 from dear import jobs as dear_jobs
 from dear import engines as dear_engines
 from dear import stale as dear_stale
-from dear import strict_yaml
-from dear.params import Params, world_needed
+from dear.config import strict_yaml
+from dear.config.params import Params, world_needed
 from dear.compute.cpus import wanted as cpus_wanted
 
 # One world and backbone per machine: profiles/default turns Snakemake's output cache on (--cache), kept in

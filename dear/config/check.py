@@ -15,7 +15,7 @@ loaded. Problems of this machine (data folders, weights, device) are told
 apart: a dry run may plan for another machine.
 
 Fast on purpose (well under 2 s): nothing here imports torch or open_clip
-(`python -X importtime -c 'import dear.check'`). Architectures are read
+(`python -X importtime -c 'import dear.config.check'`). Architectures are read
 from their config JSON files and CUDA is asked of the driver
 (`dear.compute.probe`); open_clip weights are looked up in the record
 `dear fetch-weights` keeps (`dear.model.weights_record`).
@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 from pydantic import BaseModel, ValidationError
 
-from dear import strict_yaml
+from dear.config import strict_yaml
 from dear.compute.cpus import available as available_cpus
 from dear.data import coop
 from dear.data import custom as custom_data
@@ -45,7 +45,7 @@ from dear.model.concepts import CORE_CONCEPTS
 from dear.model.textbank import load_bank
 from dear.model.textspan import rank_problems
 from dear.model.weights_record import lookup
-from dear.params import Params, apply_overrides, error_line, report_problems, unprepared, world_needed
+from dear.config.params import Params, apply_overrides, error_line, report_problems, unprepared, world_needed
 from dear.compute.probe import arch_config, cuda_devices, torch_cuda_build
 
 
@@ -148,7 +148,7 @@ def datasets_used(params, params_file: str) -> list[str]:
 
 
 def report_methods(params, params_file: str) -> list[str]:
-    """report.methods and report.compare name methods the study runs (`dear.params.report_problems`)."""
+    """report.methods and report.compare name methods the study runs (`dear.config.params.report_problems`)."""
     return report_problems(params.study, params.report)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dear.runtime.io import sha256_file
-from dear.params import Params, sanity_on
+from dear.config.params import Params, sanity_on
 
 
 def flat(params: Params) -> dict[str, Any]:

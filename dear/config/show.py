@@ -17,14 +17,14 @@ from dear.methods import prompts as prompt_forms
 from dear.methods.layers import Resolved
 from dear.methods.layers import resolve as resolve_layers
 from dear.methods.recipe import Recipe, lengthened, load, steps_per_epoch
-from dear.params import Params
+from dear.config.params import Params
 
 EXAMPLES = ["golden_retriever", "sea_lion"]  # when the dataset's classes cannot be read (not on this machine)
 
 
 def jobs(params: Params, method: str | None, dataset: str | None, protocol: str | None) -> list[Recipe]:
     """The recipes of the study's training jobs (method x dataset x protocol), filtered."""
-    from dear.check import training_jobs
+    from dear.config.check import training_jobs
 
     if method is not None:
         entry(method)
@@ -57,7 +57,7 @@ def example_classes(params: Params, dataset: str) -> tuple[list[str], bool]:
 
 def resolved_layers(params: Params, recipe: Recipe) -> list[Resolved]:
     """The recipe's layer keys on the config's model (`dear.methods.layers`): which layers each covers."""
-    from dear.check import tower_depths
+    from dear.config.check import tower_depths
     from dear.compute.probe import arch_config
 
     return resolve_layers(recipe.recipe, recipe.values, tower_depths(arch_config(params.model.arch) or {}))
