@@ -59,7 +59,7 @@ def evaluation_ratio(args) -> dict:
     from types import SimpleNamespace
 
     from dear.compute import device as devices
-    from dear import evaluation
+    from dear.scoring import evaluation
     from dear.methods import create
     from dear.config.params import load_params
 
@@ -97,7 +97,7 @@ def evaluation_ratio(args) -> dict:
 
 def reuse_ratio(adapted, params, images, transform, precision, args) -> float:
     """A later seed's evaluation (frozen blocks kept from the first seed) / the first seed's, same images."""
-    from dear import evaluation
+    from dear.scoring import evaluation
 
     reuse = evaluation.Reuse("bench", params.evaluate.reuse_mb)
     def encode(kept=None):

@@ -199,7 +199,7 @@ class DeARModel(nn.Module):
     def transform(self) -> Callable:
         """PIL image -> pixels [3, S, S] as `dear evaluate` reads test images (the backbone's size, normalization
         and the method's resize filter)."""
-        from dear.evaluation import eval_transform
+        from dear.scoring.evaluation import eval_transform
 
         return eval_transform(self.method)
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 from dear.errors import DearError
 from dear.config.params import Params
 from dear.report import paired
-from dear.results import read_evals
+from dear.scoring.results import read_evals
 
 SNAPSHOT_EVALS = "evals.parquet"  # a snapshot's eval rows (write_comparable)
 LOCATION_KEYS = ("output_root", "data.root", "model.cache_dir")  # where a run reads and writes, not what it computes
@@ -183,7 +183,7 @@ def write_comparable(report: Path, folder: Path) -> list[Path]:
     """A run's record.json (without its job times) and every eval row it scored (evals.parquet) into `folder`:
     what `dear compare` reads of a snapshot (docs/demo, `python -m dear.docs --snapshot`). Nothing without a record."""
     from dear.runtime.io import write_json, write_parquet
-    from dear.results import EVAL_SCHEMA
+    from dear.scoring.results import EVAL_SCHEMA
 
     if not (report / "record.json").is_file():
         return []

@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from dear import evaluation
+from dear.scoring import evaluation
 from dear.data.manifest import classnames, read_fewshot, read_manifest, select
 from dear.runtime.io import read_provenance, sha256_file
 from dear.stages.fuse import fit_alpha

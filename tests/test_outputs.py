@@ -163,7 +163,7 @@ def test_a_read_only_output_is_found_before_training(tmp_path, monkeypatch):
 
 
 def test_the_refit_never_lowers_validation_accuracy():
-    from dear import evaluation
+    from dear.scoring import evaluation
     from dear.config.params import Compute
     from dear.stages.fuse import choose_alpha, fit_alpha
 
@@ -199,7 +199,7 @@ def test_checkpoint_rng_states_survive_a_weights_only_load(tmp_path):
 
 
 def test_a_worker_error_stays_one_line(tmp_path):
-    from dear import evaluation
+    from dear.scoring import evaluation
     from dear.compute.device import Precision
 
     images = evaluation.ImageSet(paths=[str(tmp_path / "bad.png")], labels=[0], classnames=["x"])

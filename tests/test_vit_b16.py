@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from dear.cli import app
 from dear.runtime.io import DIGESTS, read_parquet, read_provenance, sha256_file
-from dear.results import OUTPUT
+from dear.scoring.results import OUTPUT
 from dear.stages.profile import ROLES_SCHEMA
 from tests.fake_coop import make_fake_dataset, write_params
 from tests.fake_run import small_recipes

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from dear import evaluation
+from dear.scoring import evaluation
 from dear.data.manifest import read_fewshot, read_manifest
 from dear.errors import DearError
 from dear.runtime.io import filesystem_errors, provenance, write_json

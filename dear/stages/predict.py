@@ -73,7 +73,7 @@ class Outputs:
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
-    from dear import evaluation
+    from dear.scoring import evaluation
     from dear.model.clip import load_backbone
     from dear.model.trained import load_trained, read_trained
 
@@ -215,7 +215,7 @@ def _collate(items: list) -> list:
 def score(model, paths: list[str], classnames: list[str], rules: list[str], alpha: torch.Tensor, params: Params,
           precision, k: int) -> list[dict]:
     """One row per path: its top-k classes, probabilities and their rules, or its error."""
-    from dear import evaluation
+    from dear.scoring import evaluation
 
     loader = torch.utils.data.DataLoader(_Images(paths, evaluation.eval_transform(model)),
                                          batch_size=params.evaluate.batch_size, collate_fn=_collate,

@@ -1,6 +1,6 @@
 """`dear report`: every eval table aggregated into the paper's tables, pictures and DVC metrics.
 
-Reads the eval.parquet files given (schema in `dear.results`), the train logs
+Reads the eval.parquet files given (schema in `dear.scoring.results`), the train logs
 and the head-role heatmaps, or the runs each `results/<method>/runs.json` of
 `dear collect` lists (each file's sha256 checked), checks all of them, computes everything in
 memory, and only then writes the output folder, which replaces the old one
@@ -44,7 +44,7 @@ from dear.config.params import Params
 from dear.model import ablation
 from dear.report import markdown, paired, paper, plots, reference, tables
 from dear.report.train_logs import read_train_logs
-from dear.results import read_evals, seed_accuracy, shots_of
+from dear.scoring.results import read_evals, seed_accuracy, shots_of
 
 log = logging.getLogger("dear.report")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from dear import evaluation
+from dear.scoring import evaluation
 from dear.data.manifest import check_images_exist, read_fewshot, select
 from dear.errors import DearError
 from dear.config.params import Compute
