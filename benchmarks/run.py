@@ -120,7 +120,7 @@ def scaling(args) -> list[dict]:
 
 def noop_engines() -> dict:
     """Wall time of a second `dvc repro` / `snakemake` with nothing changed, on the prepare fan-out."""
-    from dear.digest import write_digests
+    from dear.pipeline.digest import write_digests
     from tests.engines import make_project, run
     from tests.fake_coop import make_fake_dataset, write_params
 

@@ -127,11 +127,11 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         cpus.apply(cpus.budget(loaded, name, _state.get("threads")), name)
         from dear.runtime.io import check_outputs
 
-        from dear.runrecord import benchmarked
+        from dear.pipeline.runrecord import benchmarked
 
         for _, _, seed_outputs in runs:  # every seed's outputs, before the first seed's work
             check_outputs(stage.Outputs(**seed_outputs))
-        from dear.jobs import CACHED
+        from dear.pipeline.jobs import CACHED
 
         with benchmarked(log, itself=name in CACHED):  # under DVC: the job's time and memory, as Snakemake's benchmark: records them
             reused = _restored(name, job, inputs, outputs, stage)  # under DVC: the machine's world and backbone
@@ -143,7 +143,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
                 stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
             _write_digests(name, outputs)
             if reused is False:
-                from dear import machine_cache
+                from dear.pipeline import machine_cache
 
                 machine_cache.store(name, machine_cache.wanted(name, job, inputs), Path(outputs["folder"]))
     except DearError as err:
@@ -171,9 +171,9 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
 
 def _restored(name: str, job: dict, inputs: dict, outputs: dict, stage) -> bool | None:
     """Under DVC, `dear world` and `dear backbone` copy the machine's output of this very job when it has one
-    (dear.machine_cache): True when restored, False when the stage must run (and then keeps its output there),
+    (dear.pipeline.machine_cache): True when restored, False when the stage must run (and then keeps its output there),
     None when the machine's cache is not for this stage."""
-    from dear import machine_cache
+    from dear.pipeline import machine_cache
 
     if not machine_cache.active(name) or not job:
         return None
@@ -186,8 +186,8 @@ def _restored(name: str, job: dict, inputs: dict, outputs: dict, stage) -> bool 
 
 def job_record(stage: str, params, inputs: dict) -> dict:
     """What every output of this run records about its job: the stage, its arguments, the values it reads
-    (resolved, key by key: dear.config.keys), the sha256 of its code and each file's fingerprint (dear.jobs.code)."""
-    from dear import jobs
+    (resolved, key by key: dear.config.keys), the sha256 of its code and each file's fingerprint (dear.pipeline.jobs.code)."""
+    from dear.pipeline import jobs
     from dear.config import keys
     from dear.methods import entry
 
@@ -260,8 +260,8 @@ DIGESTED = {"folder": False, "fusion": True}  # Outputs field -> whether it name
 
 
 def _write_digests(name: str, outputs: dict) -> None:
-    """After the last seed: the digests of each output folder (dear/digest.py: what dvc.yaml links stages by)."""
-    from dear.digest import digested_folder, write_digests
+    """After the last seed: the digests of each output folder (dear/pipeline/digest.py: what dvc.yaml links stages by)."""
+    from dear.pipeline.digest import digested_folder, write_digests
 
     for key, value in outputs.items():
         folder = digested_folder(value, DIGESTED[key], SEED) if key in DIGESTED and value is not None else None
@@ -660,7 +660,7 @@ def check(
         typer.echo(f"{params}: {problems} problem(s)", err=True)
         raise typer.Exit(code=1)
     if jobs is not None:
-        from dear import engines
+        from dear.pipeline import engines
 
         for line in engines.run(loaded, str(params), jobs):
             typer.echo(line, err=True)
@@ -674,7 +674,7 @@ def cost_line(loaded, params: Path) -> str:
     if not record.is_file():
         return (f"cost: no record of a run of this config yet ({record}); `dear plan --params {params} --record RUN` "
                 "estimates it from another run's (a pilot on the target machines prices it best)")
-    from dear.plan import plan
+    from dear.pipeline.plan import plan
 
     try:
         total = plan(loaded, json.loads(record.read_text())).iloc[-1]
@@ -696,7 +696,7 @@ def plan(
     Per stage and in total, before the run (docs/report.md)."""
     _configure_logging(None)
     with _one_line_errors():
-        from dear.plan import run
+        from dear.pipeline.plan import run
 
         loaded = load_params(params)
         typer.echo(run(loaded, record or Path(loaded.output_root)), nl=False)
@@ -714,10 +714,10 @@ def compare(
     paired; with nothing paired it says so and exits 1. Intervals and their level come from --params (report
     section)."""
     _configure_logging(None)
-    from dear.compare import NothingPaired
+    from dear.pipeline.compare import NothingPaired
 
     with _one_line_errors():
-        from dear.compare import run
+        from dear.pipeline.compare import run
 
         try:
             typer.echo(run(load_params(params), run_a, run_b), nl=False)

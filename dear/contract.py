@@ -72,7 +72,7 @@ __all__ = ["VERSION", "Method", "MethodModel", "Step", "cross_entropy", "check_l
 
 def __getattr__(name: str) -> Any:
     """The torch-heavy names, imported when first asked for. Each module is named by a constant: the job code
-    fingerprints (dear.codegraph) follow a plugin's `from dear.contract import towers` to the module it runs."""
+    fingerprints (dear.pipeline.codegraph) follow a plugin's `from dear.contract import towers` to the module it runs."""
     if name in ("MethodModel", "Step", "cross_entropy", "check_layer"):
         return getattr(importlib.import_module("dear.methods.base"), name)
     if name == "HeadRole":

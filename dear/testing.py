@@ -486,7 +486,7 @@ class Kit:
 
 def demo_params() -> Path:
     """The demo's params.yaml of the dear checkout this package runs from (an editable install: make install)."""
-    from dear.codegraph import PACKAGE
+    from dear.pipeline.codegraph import PACKAGE
 
     path = PACKAGE.parent / "params.yaml"
     if not path.is_file():

@@ -160,7 +160,7 @@ def test_a_weights_file_is_used_in_place_and_checked_by_every_later_load(built, 
     card = json.loads((out / "card.json").read_text())
     assert card["weights"] == {"path": str(weights), "sha256": card["sha256"], "copied_here": False}
     assert card["sha256"] == json.loads((folder / "card.json").read_text())["sha256"] and card["sanity"] is None
-    assert sorted(p.name for p in out.iterdir() if p.name != DIGESTS) == ["card.json"]  # .digest: dear/digest.py
+    assert sorted(p.name for p in out.iterdir() if p.name != DIGESTS) == ["card.json"]  # .digest: dear/pipeline/digest.py
     loaded = clip.load_backbone(out)
     assert all(torch.equal(v, loaded.model.state_dict()[k]) for k, v in clip.load_backbone(folder).model.state_dict().items())
     with open(weights, "r+b") as handle:  # one byte changed behind the pipeline's back

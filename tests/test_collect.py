@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from dear import jobs
+from dear.pipeline import jobs
 from dear.runtime.io import sha256_file, write_parquet
 from dear.config.params import load_params
 from dear.stages.report import Inputs, with_collected_runs

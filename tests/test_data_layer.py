@@ -43,9 +43,9 @@ def test_the_built_in_datasets_are_declarations_of_the_formats():
 
 
 def test_the_data_layer_has_no_import_circle():
-    """Read from the code (`dear.codegraph.imports`, function-level imports included): no module of dear.data
+    """Read from the code (`dear.pipeline.codegraph.imports`, function-level imports included): no module of dear.data
     reaches itself again through the others."""
-    from dear import codegraph
+    from dear.pipeline import codegraph
 
     within = {module: {name for name in codegraph.imports(module) if name in MODULES} for module in MODULES}
 

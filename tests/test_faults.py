@@ -127,7 +127,7 @@ def study(tmp_path_factory) -> Reference:
 def snapshot(root: Path, stage: Stage, raw: bool = False) -> dict:
     """Every file of the stage's outputs: bytes, or a Parquet file's rows and metadata minus wall-clock columns.
 
-    The digests the command writes after its stage (`.digest/`, dear/digest.py) are not the stage's outputs:
+    The digests the command writes after its stage (`.digest/`, dear/pipeline/digest.py) are not the stage's outputs:
     a rerun rewrites them (tests/test_digest.py)."""
     found = {}
     for output in stage.outputs:

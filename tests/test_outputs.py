@@ -125,7 +125,7 @@ def test_prepare_rerun_with_other_seeds_leaves_no_table_of_the_old_seeds(tmp_pat
     make_fake_dataset(tmp_path / "raw", "world_objects", n_classes=4, per_class=3)
     assert prepare(tmp_path, seeds=[1, 7]).exit_code == 0
     assert prepare(tmp_path, seeds=[1, 2]).exit_code == 0
-    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name != DIGESTS) == [  # .digest: dear/digest.py
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name != DIGESTS) == [  # .digest: dear/pipeline/digest.py
         "excluded.parquet", "fewshot-seed1.parquet", "fewshot-seed2.parquet", "manifest.parquet"]
 
 

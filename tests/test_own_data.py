@@ -306,7 +306,7 @@ def test_a_key_its_format_ignores_or_a_template_without_a_slot_is_refused(tmp_pa
 
 def test_a_names_or_base_classes_file_is_read_by_its_content(in_tmp):
     """The config names the file; its lines are the values: an edited file makes prepare's values (its values
-    file in both engines, the record dear.stale compares) differ, so prepare and what reads it rerun."""
+    file in both engines, the record dear.pipeline.stale compares) differ, so prepare and what reads it rerun."""
     (in_tmp / "names.txt").write_text("".join(f"{key} {key.replace('_', ' ')}\n" for key in CLASSES))
     keys = sorted(CLASSES)
     (in_tmp / "base.txt").write_text(f"{keys[0]}\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dear import codegraph, jobs
+from dear.pipeline import codegraph, jobs
 from dear.errors import DearError
 from dear.methods import RESERVED, available, entry, model_class, names
 from dear.config.params import load_params

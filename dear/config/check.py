@@ -9,7 +9,7 @@ checks run in one pass: every section is validated on its own, and a check
 that reads a section with a problem says what it waits on (`CHECKS`: what
 each reads). `dear check` prints them all and exits 1; every stage runs the
 checks that concern it before its own work (`stage_problems`), and both
-engines run them all before they plan (`dear.engines`), so a placeholder
+engines run them all before they plan (`dear.pipeline.engines`), so a placeholder
 `data.root` or an impossible rank fails in a second, not after a model has
 loaded. Problems of this machine (data folders, weights, device) are told
 apart: a dry run may plan for another machine.

@@ -2,13 +2,13 @@
 
 Every output records the values its job read (`dear.runtime.io.provenance`: `job.reads`,
 a flat {dotted key: value}), and both engines compare that record with what the
-config in use says (`dear.stale`), so a job reruns when, and only when, a value
+config in use says (`dear.pipeline.stale`), so a job reruns when, and only when, a value
 it reads changed, and the plan names the key. A training job reads the keys its
 method's recipe took from the config (`dear.methods.recipe.resolve(...).keys_read`:
 `train.recipes.all.*`, `train.recipes.<recipe>.*`, their `datasets.<dataset>` and
 `transfer` blocks), so raising `train.recipes.mmrl.lr` reruns `mmrl` and nothing
 else; the recipes' own defaults are package files, covered by the stage's code
-hash (`dear.jobs.code`).
+hash (`dear.pipeline.jobs.code`).
 
 Left out on purpose, as they never change an output: workers, checkpoint spacing
 (`train.checkpoint_every`), the default method of `dear train` (`train.method`),

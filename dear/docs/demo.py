@@ -43,7 +43,7 @@ def snapshot(demo: Path, root: Path, command: str = "make demo") -> list[Path]:
     write_bytes(folder / "results.csv", results.read_bytes())
     write_json(folder / "card.json", {key: read_json(card).get(key) for key in CARD_KEYS})
     write_json(folder / "run.json", run)
-    from dear.compare import write_comparable  # record.json and evals.parquet: `dear compare docs/demo report`
+    from dear.pipeline.compare import write_comparable  # record.json and evals.parquet: `dear compare docs/demo report`
 
     return [folder / "results.csv", folder / "card.json", folder / "run.json",
             *write_comparable(demo / "report", folder), draw(root)]

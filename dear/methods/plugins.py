@@ -150,11 +150,11 @@ def shadowed(module: str) -> str | None:
 
 
 def code_record(plugin: Plugin, counted: dict[str, str]) -> dict:
-    """What a run records of a plugin's code: the fingerprint of each of its files a job counted (dear.jobs.code),
+    """What a run records of a plugin's code: the fingerprint of each of its files a job counted (dear.pipeline.jobs.code),
     one sha256 over them, and whether those files are still the installed distribution's (its RECORD's sha256):
     `as installed`, `edited since installed` (naming the files), or `not in its RECORD` (an editable install: its files
     are a source tree, which RECORD does not list). The tree state of `dear`'s own checkout says nothing of these."""
-    from dear import codegraph
+    from dear.pipeline import codegraph
 
     tops = {plugin.module.split(".")[0], plugin.target.partition(":")[0].split(".")[0]}
     files = {key: value for key, value in sorted(counted.items()) if key.split("/")[0].removesuffix(".py") in tops}
@@ -167,7 +167,7 @@ def against_record(distribution: str, keys: list[str]) -> dict:
     import base64
     import hashlib
 
-    from dear import codegraph
+    from dear.pipeline import codegraph
 
     try:
         listed = {str(path): path for path in importlib.metadata.distribution(distribution).files or [] if path.hash}

@@ -119,7 +119,7 @@ def remove_leftovers(folder: Path, pattern: str) -> None:
 
 KEPT = (".gitignore",)  # what others put in an output folder (DVC's .gitignore) and a rerun keeps
 ENGINE_MARKS = (".snakemake_timestamp",)  # what an engine puts there and a rerun drops (Snakemake's directory() mark)
-DIGESTS = ".digest"  # written into an output folder by the command after its stage (dear/digest.py); a rerun rewrites it
+DIGESTS = ".digest"  # written into an output folder by the command after its stage (dear/pipeline/digest.py); a rerun rewrites it
 
 
 @contextlib.contextmanager
@@ -517,7 +517,7 @@ def record_overrides(overrides: dict[str, Any]) -> None:
 
 def record_job(job: dict[str, Any]) -> None:
     """Remember the job this process runs ({stage, args, reads, code}; {}: none): every output records it,
-    and the engines compare it with what the config in use would make (dear.stale)."""
+    and the engines compare it with what the config in use would make (dear.pipeline.stale)."""
     _JOB.clear()
     _JOB.update(job)
 

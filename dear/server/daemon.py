@@ -224,7 +224,7 @@ def _become(request: dict, fds: list[int], conn: socket.socket, handler: int) ->
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"], DEAR_SERVED_BY=str(os.getppid()))  # the job records its own processes'
-        # memory beside Snakemake's benchmark of the client (dear.runrecord.benchmarked)
+        # memory beside Snakemake's benchmark of the client (dear.pipeline.runrecord.benchmarked)
         sys.argv[:] = request["argv"]
         sys.path[:] = request["path"]
         for name in [name for name in sys.modules if name == "dear" or name.startswith("dear.")]:

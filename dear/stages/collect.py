@@ -4,7 +4,7 @@ The report reads every evaluation, train log and model of every method. Both
 engines give it one input per method instead (`results/<method>/`), so a
 job's header stays a line a person reads and the report reads exactly the
 study's runs, never a file a glob happened to match (a seed or dataset the
-config no longer has). One entry per run (dear.jobs: every evaluate job of the
+config no longer has). One entry per run (dear.pipeline.jobs: every evaluate job of the
 method, every seed) in `results/<method>/runs.json`:
 
     {"job": "evaluate@coop-world_objects", "protocol": "base_to_novel", "seed": 1,
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from dear import jobs as study_jobs
+from dear.pipeline import jobs as study_jobs
 from dear.errors import DearError
 from dear.runtime.io import output_folder, provenance, read_provenance, sha256_file, write_json
 from dear.config.params import Params

@@ -14,7 +14,7 @@ as a whole (`dear.runtime.io.output_folder`):
     inference.csv                  unseen classes under both inferences (fusion.novel cls / fused), every dataset
     metrics.json                   averages per protocol and method, for `dvc metrics/exp show`
     provenance.json                params, input hashes and versions behind the report
-    record.json                    the record of the run (dear.runrecord): code, params, recipes, data, environment,
+    record.json                    the record of the run (dear.pipeline.runrecord): code, params, recipes, data, environment,
                                    each job's time and memory
     base_novel.png, loss_curves.png, roles/<dataset>.png
     roles_change.png               what the roles change: each variant minus its plain method (with a variant only)
@@ -35,7 +35,7 @@ from typing import ClassVar
 import pandas as pd
 
 from dear.errors import DearError
-from dear import runrecord
+from dear.pipeline import runrecord
 from dear.runtime.io import (output_folder, provenance, read_json, read_parquet, read_provenance, sha256_file, sha256_json,
                      write_bytes, write_json)
 from dear.methods import ROLES

@@ -77,7 +77,7 @@ def damaged(folder: Path) -> str | None:
 def _write(path: Path, what: str, values: dict) -> None:
     """Atomically (a temporary sibling renamed into place), and outside the stage's fault points
     (`dear.runtime.io.FAULTS` counts the stage's own writes; a rerun rewrites every digest anyway)."""
-    text = f"# {what}; dvc.yaml reads it as a params file (see dear/digest.py)\n" + yaml.safe_dump(values, sort_keys=False)
+    text = f"# {what}; dvc.yaml reads it as a params file (see dear/pipeline/digest.py)\n" + yaml.safe_dump(values, sort_keys=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     with os.fdopen(fd, "w") as handle:

@@ -1,7 +1,7 @@
 """`dear compare RUN_A RUN_B`: which numbers moved beyond noise between two runs, and which inputs differ.
 
 A run is its report folder (or an output root holding report/): its
-record.json (dear.runrecord) names the eval tables, model files, params,
+record.json (dear.pipeline.runrecord) names the eval tables, model files, params,
 code, data and environment of the run. Numbers: for every method both runs
 hold, B minus A per seed on the same few-shot seeds and the same test
 images, with the report's intervals and verdict (dear.report.paired: run B

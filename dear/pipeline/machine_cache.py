@@ -13,7 +13,7 @@ live once in the machine's output cache, `$SNAKEMAKE_OUTPUT_CACHE` (default
   matches (dvc/stage/cache.py, `_get_stage_hash`). So a `dear world` or
   `dear backbone` that DVC runs (`DVC_STAGE` set) first looks in the same
   folder for an output whose own record says it is exactly what this job
-  would make (`dear.stale`'s comparison: the stage, the values it reads, its
+  would make (`dear.pipeline.stale`'s comparison: the stage, the values it reads, its
   code, the hash of each input file), checks it against its digest, and copies
   it in place of running; an output it makes is kept there
   (`dear-<stage>-<key>`) for the next config. Snakemake's own entries (named
@@ -34,7 +34,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from dear.digest import ALL, FOLDER, SNAKEMAKE_STAMP, damaged
+from dear.pipeline.digest import ALL, FOLDER, SNAKEMAKE_STAMP, damaged
 from dear.runtime.io import output_folder, sha256_file, sha256_json
 
 log = logging.getLogger("dear.machine_cache")
@@ -56,7 +56,7 @@ def location() -> Path:
 
 def active(stage: str) -> bool:
     """Whether `dear <stage>` looks in the machine's cache: world and backbone, run by DVC."""
-    from dear.jobs import CACHED
+    from dear.pipeline.jobs import CACHED
 
     return stage in CACHED and "DVC_STAGE" in os.environ and os.environ.get(SWITCH, "on") != "off"
 

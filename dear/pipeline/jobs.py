@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from dear import codegraph
+from dear.pipeline import codegraph
 from dear.config.params import Params, world_needed
 
 METHOD_STAGES = ("train", "fuse", "evaluate")  # stages whose job runs one method's module
@@ -32,7 +32,7 @@ class Job:
     name: str  # DVC's stage name, e.g. train@mmrl-world_objects
     stage: str  # the dear command it runs
     args: dict = field(default_factory=dict)  # what the command is given besides paths (method, dataset, classes)
-    folder: str = ""  # its output folder (DVC's out; its digests are dear/digest.py's)
+    folder: str = ""  # its output folder (DVC's out; its digests are dear/pipeline/digest.py's)
     records: tuple[tuple[int | None, str], ...] = ()  # (seed, an output file that records what made it)
     method: str | None = None  # the method whose module it runs (train, fuse, evaluate)
     dataset: str | None = None  # the dataset it reads (prepare, train, fuse, evaluate)
@@ -86,7 +86,7 @@ def find(params: Params, name: str) -> Job | None:
     return next((job for job in jobs(params) if job.name == name), None)
 
 
-# --- the code a job runs (dear/codegraph.py) --------------------------------------------
+# --- the code a job runs (dear/pipeline/codegraph.py) --------------------------------------------
 
 @dataclass(frozen=True)
 class Code:
@@ -165,7 +165,7 @@ def job_code(job: Job) -> Code:
 
 
 def code_sha256(stage: str, method: str | None = None, dataset: str | None = None) -> str:
-    """sha256 of the code `dear <stage>` runs: recorded in every output of the job, compared by dear.stale."""
+    """sha256 of the code `dear <stage>` runs: recorded in every output of the job, compared by dear.pipeline.stale."""
     return code(stage, method if stage in METHOD_STAGES else None, dataset).sha256
 
 
@@ -190,7 +190,7 @@ def write_code_files(folder: str | Path, study: list[Job]) -> list[Path]:
         path = Path(folder) / f"{found.name}.yaml"
         if path in written:
             continue
-        text = (f"# The code `{found.name}` runs (dear.jobs.code): the sha256 over every package file it runs, and each\n"
+        text = (f"# The code `{found.name}` runs (dear.pipeline.jobs.code): the sha256 over every package file it runs, and each\n"
                 "# file's fingerprint (its syntax tree without docstrings). Rewritten only when it changes; the input\n"
                 "# of its jobs in both engines (the Snakefile, dvc.yaml).\n"
                 + dump({"sha256": found.sha256, "files": found.files}))

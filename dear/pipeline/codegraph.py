@@ -1,7 +1,7 @@
 """The code a job runs, read from the package's imports: its modules and their fingerprints.
 
 A job's code is the import closure inside `dear/` of the modules it starts
-from (`dear.jobs.code_roots`): every `import dear...`, `from dear... import`
+from (`dear.pipeline.jobs.code_roots`): every `import dear...`, `from dear... import`
 and relative import, at module level or inside a function, followed to the
 module it names (and the packages above it, whose `__init__` runs first),
 plus an `importlib.import_module` of a constant name. A module imported
@@ -10,7 +10,7 @@ graph is the provenance graph, so a module imports only what it uses.
 
 The params schema (`dear/config/params.py`, `VALUES`) is not code but the shape of
 the values: every job records the values it reads, validated and resolved,
-and both engines compare them key by key (`dear.config.keys`, `dear.stale`).
+and both engines compare them key by key (`dear.config.keys`, `dear.pipeline.stale`).
 
 Package data counts with the modules that read it: a file of `dear/resources/`
 whose name or stem a module spells as a string (`"text_bank.tsv"`,
@@ -49,13 +49,13 @@ from pathlib import Path
 
 import yaml
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]
 NAME = "dear"
 RESOURCES = PACKAGE / "resources"
 # module -> the module-level dict of entries keyed by name (a method, a dataset) that jobs pick from
 REGISTRIES = {"dear.methods": "REGISTRY", "dear.data.coop": "SPECS"}
 # the schema of the values: a job's values are recorded and compared key by key once validated (dear.config.keys,
-# dear.stale), so a new key or a reworded check there changes no job's code; not counted, not followed
+# dear.pipeline.stale), so a new key or a reworded check there changes no job's code; not counted, not followed
 VALUES = {"dear.config.params"}
 HELP_KEYWORDS = {"Field": "description", "Option": "help", "Argument": "help"}  # call -> its help text
 # what an analysis on disk was made by: this module's own source, Python's syntax trees, PyYAML's reading

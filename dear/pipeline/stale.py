@@ -21,11 +21,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dear import jobs as study_jobs
+from dear.pipeline import jobs as study_jobs
 from dear.config import keys
-from dear.digest import damaged
+from dear.pipeline.digest import damaged
 from dear.runtime.io import read_provenance, restored_from_output_cache, sha256_file
-from dear.jobs import Job
+from dear.pipeline.jobs import Job
 from dear.config.params import Params
 
 SHOWN = 3  # keys named in a line; the rest are counted

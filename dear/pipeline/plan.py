@@ -357,7 +357,7 @@ def text(frame: pd.DataFrame, params: Params, record: dict, source: str) -> str:
         lines.append("The record ran on CPU: these are CPU hours. For a GPU cluster, plan from the record of a short "
                      "pilot on one of its nodes (the same config with fewer epochs or datasets).")
     lines.append("Device hours: the sum of the jobs' wall time (jobs that run in parallel overlap). How the estimate "
-                 "scales: dear/plan.py and docs/report.md.")
+                 "scales: dear/pipeline/plan.py and docs/report.md.")
     return "\n".join(lines) + "\n"
 
 

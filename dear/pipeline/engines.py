@@ -4,7 +4,7 @@
   check of `dear check` (dear.config.check); what depends only on the values stops a
   plan, what depends on this machine (data folders, weights, CUDA) is returned
   apart: a dry run may plan on another machine, a real run stops on it.
-- `out_of_date` lines (dear.stale): the jobs whose existing outputs were made
+- `out_of_date` lines (dear.pipeline.stale): the jobs whose existing outputs were made
   otherwise than the config says.
 - `dear check --jobs DIR` (`run`): DVC's `check` stage, first in dvc.yaml. DVC runs no code of
   ours before it plans, so this stage is what `dvc repro` runs first: the checks
@@ -12,7 +12,7 @@
   resolved values it reads (each stage reads its file as a params file, so DVC
   reruns it when, and only when, one of those values changed, and `dvc status`
   names the key), one file per job's code (`.dear/code/`, beside DIR: the
-  fingerprint of the modules it runs, dear.jobs.code; the same file the
+  fingerprint of the modules it runs, dear.pipeline.jobs.code; the same file the
   Snakefile reads as the job's input), and the outputs that are out of date
   marked as changed.
 """
@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 from typing import Iterable, NoReturn
 
-from dear import jobs as study_jobs
+from dear.pipeline import jobs as study_jobs
 from dear.config import keys, strict_yaml
 from dear.config.check import check_raw
-from dear.digest import mark_changed
+from dear.pipeline.digest import mark_changed
 from dear.errors import DearError
 from dear.config.params import Params
 
@@ -93,7 +93,7 @@ def run(params: Params, params_file: str, folder: Path, study: list[study_jobs.J
 
     `study`: the jobs (default: every job of the study `params` describes).
     """
-    from dear import stale
+    from dear.pipeline import stale
 
     study = study_jobs.jobs(params) if study is None else study
     found = stale.stale_jobs(params, study)
