@@ -265,7 +265,7 @@ def load_trained(model_pt: str | Path, backbone: str | Path, roles: str | Path |
     refitted alpha then replaces the trained one. `classnames` holds the classes it was trained on.
     """
     from dear.runtime.io import read_json
-    from dear.model import trained
+    from dear.methods import trained
     from dear.model.clip import load_backbone
 
     record = trained.read_trained(Path(model_pt))

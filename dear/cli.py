@@ -210,8 +210,8 @@ def job_record(stage: str, params, inputs: dict) -> dict:
 
 def plugin_record(plugin, counted: dict) -> dict:
     """What a run records of a plugin method: the distribution and version that declare it, its entry point, and
-    its code the job counted, against the distribution's RECORD (`dear.methods.plugins.code_record`)."""
-    from dear.methods.plugins import code_record
+    its code the job counted, against the distribution's RECORD (`dear.pipeline.codegraph.code_record`)."""
+    from dear.pipeline.codegraph import code_record
 
     return {"method": plugin.name, "distribution": plugin.distribution, "version": plugin.version,
             "entry_point": plugin.target, "contract": plugin.method.contract, **code_record(plugin, counted)}
@@ -804,8 +804,7 @@ def server(action: str = typer.Argument("status", metavar="status|stop",
     A server starts on a command's first use and ends after DEAR_SERVER_IDLE seconds (default 900) without one;
     DEAR_SERVER=off runs every command in its own process, as before.
     """
-    from dear.server.client import control
-    from dear.server.wire import Unavailable
+    from dear.server.wire import Unavailable, control
 
     if action not in ("status", "stop"):
         _print_errors(DearError(f"dear server {action}: unknown action; use status or stop"))

@@ -210,7 +210,7 @@ class Kit:
     def model(self, run: Run | None = None):
         """A fresh model of the method as `dear train` builds it for `run` (default: the first protocol's)."""
         from dear.methods import create
-        from dear.model.trained import read_roles
+        from dear.methods.trained import read_roles
         from dear.config.params import load_params
 
         run = run or self.runs()[0]
@@ -368,7 +368,7 @@ class Kit:
     def check_save_load(self) -> None:
         import torch
 
-        from dear.model.trained import read_trained, save_trained
+        from dear.methods.trained import read_trained, save_trained
 
         run = self.trained
         model, saved = self.load(run), read_trained(run.model)["state"]
@@ -454,7 +454,7 @@ class Kit:
     # --- helpers -------------------------------------------------------------------
 
     def load(self, run: Run, path: Path | None = None):
-        from dear.model.trained import load_trained
+        from dear.methods.trained import load_trained
 
         return load_trained(path or run.model, self.backbone(), self.folder / "roles.parquet")
 
@@ -561,7 +561,7 @@ def _write_roles(path: Path, model_sha256: str) -> None:
     import pyarrow as pa
 
     from dear.runtime.io import write_parquet
-    from dear.model.trained import ROLES_SCHEMA
+    from dear.methods.trained import ROLES_SCHEMA
 
     kinds = (("attribute", "color"), ("attribute", "object"), ("generalization", "other"), ("mixed", "other"))
     rows = [dict(layer=layer, head=head, concept=concept, mask_role=role, model_sha256=model_sha256)

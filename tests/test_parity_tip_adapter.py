@@ -250,7 +250,7 @@ def test_dear_train_builds_the_cache_trains_the_keys_per_step_and_searches_after
     import pyarrow.parquet as pq
 
     from dear.model.clip import load_backbone
-    from dear.model.trained import load_trained
+    from dear.methods.trained import load_trained
 
     out = train_tip(world, tmp_path / "run", tmp_path / "run.ckpt")
     log = pq.read_table(out / "train_log.parquet").to_pylist()

@@ -95,7 +95,7 @@ def stand_in(tmp_path_factory):
 
 
 def _stop_servers(folder: Path) -> None:
-    from dear.server.client import control
+    from dear.server.wire import control
 
     if folder.is_dir():
         control("stop", {"DEAR_SERVER_DIR": str(folder)})

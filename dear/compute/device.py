@@ -92,16 +92,5 @@ class Precision:
             return torch.autocast("cuda", dtype=torch.float16)
         return contextlib.nullcontext()
 
-    def prepare(self, model):
-        """`model` (a method's, on its device) in this precision: for fp16, CLIP and the learnable tensors in half
-        (`MethodModel.half_parameters`: those the authors' code holds in half)."""
-        if self.half:
-            from dear.model import internals
-
-            internals.half_precision(model.clip)
-            for param in model.half_parameters():
-                param.data = param.data.half()
-        return model
-
     def describe(self) -> str:
         return self.name if self.active else "fp32"

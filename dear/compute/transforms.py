@@ -1,4 +1,4 @@
-"""The pieces every image pipeline shares: interpolation modes by name, and seeded CPU draws.
+"""The pieces every image pipeline shares: interpolation modes by name, seeded CPU draws, Dassl's test transform.
 
 Both the embedded backbone's pretraining (`dear.model.pretrain`) and the
 trainer's shots and view bank (`dear.train`) draw augmentations from
@@ -29,3 +29,13 @@ def cpu_seeded(seed: int):
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(seed)
         yield
+
+
+def test_transform(interpolation: str, size: int, mean, std) -> T.Compose:
+    """Dassl's test transform: resize the short side to `size`, centre crop, normalize (fuse and evaluate use it)."""
+    return T.Compose([
+        T.Resize(size, interpolation=INTERPOLATION[interpolation]),
+        T.CenterCrop(size),
+        T.ToTensor(),
+        T.Normalize(mean, std),
+    ])

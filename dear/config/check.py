@@ -403,13 +403,50 @@ def study_plugins(params, params_file: str) -> list[str]:
 
     Imports the model module of each (and torch); a study of built-in methods only asks nothing.
     """
-    from dear.methods import REGISTRY, entry, plugins
+    from dear.methods import REGISTRY, entry
 
     found = []
     for name in dict.fromkeys([*params.study.methods, params.train.method]):
         plugin = entry(name).plugin if name not in REGISTRY else None  # an unusable name: a validation error
         if plugin is not None:
-            found += plugins.problems(plugin)
+            found += plugin_problems(plugin)
+    return found
+
+
+def plugin_problems(plugin) -> list[str]:
+    """What stops a plugin method from running, one line each: its recipe file, its model class, its hooks.
+
+    Imports the model's module (and torch): `dear check` asks this of the plugins a study uses only.
+    """
+    from dear.methods import model_class, plugins
+    from dear.methods.recipe import REQUIRED, load, resolve
+
+    found = []
+    try:
+        spec = load(plugin.name)
+        resolve({}, plugin.name, "any", "base_to_novel")  # every key has a default
+    except DearError as error:
+        found.append(f"{plugin.label}: {error}")
+        spec = None
+    lacking = [key for key in REQUIRED if spec is not None and key not in spec.keys]
+    if lacking:
+        found.append(f"{plugin.label}: its recipe has no key {', '.join(lacking)}, which the stages read of every "
+                     "method; declare it and give it a value (`base: dassl` brings it; docs/your-method.md#the-recipe)")
+    try:
+        cls = model_class(plugin.name)
+    except Exception as error:  # the plugin's code: whatever it raises is its problem, in one line
+        return [*found, f"{plugin.label}: its model {plugin.method.model} cannot be imported "
+                        f"({type(error).__name__}: {error}); fix `model=` of its Method declaration or the module"]
+    from dear.methods.base import MethodModel
+
+    if not (isinstance(cls, type) and issubclass(cls, MethodModel)):
+        return [*found, f"{plugin.label}: its model {plugin.method.model} is not a dear.contract.MethodModel "
+                        "subclass; derive it from MethodModel (docs/your-method.md#hooks)"]
+    missing = [hook for hook in plugins.required_hooks(cls, trains=spec.trains if spec else False)
+               if getattr(cls, hook, None) is getattr(MethodModel, hook, None)]
+    found += [f"{plugin.label}: {cls.__name__} does not define the hook {hook}, which "
+              f"{'every method needs' if hook != plugins.TRAIN_HOOK else 'a method whose recipe trains (base: dassl) needs'}; "
+              "write it (docs/your-method.md#hooks)" for hook in missing]
     return found
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -332,3 +333,34 @@ def fingerprint(prints: dict[str, str]) -> str:
     for name, value in sorted(prints.items()):
         digest.update(f"{name}\0{value}\n".encode())
     return digest.hexdigest()
+
+
+def code_record(plugin, counted: dict[str, str]) -> dict:
+    """What a run records of a plugin's code: the fingerprint of each of its files a job counted (dear.pipeline.jobs.code),
+    one sha256 over them, and whether those files are still the installed distribution's (its RECORD's sha256):
+    `as installed`, `edited since installed` (naming the files), or `not in its RECORD` (an editable install: its files
+    are a source tree, which RECORD does not list). The tree state of `dear`'s own checkout says nothing of these."""
+    tops = {plugin.module.split(".")[0], plugin.target.partition(":")[0].split(".")[0]}
+    files = {key: value for key, value in sorted(counted.items()) if key.split("/")[0].removesuffix(".py") in tops}
+    return {"code_sha256": fingerprint(files), "code_files": files,
+            **against_record(plugin.distribution, list(files))}
+
+
+def against_record(distribution: str, keys: list[str]) -> dict:
+    """{"installed": state, "edited": [files]} of code keys (package/file.py) against the distribution's RECORD."""
+    import base64
+    import hashlib
+
+    try:
+        listed = {str(path): path for path in importlib.metadata.distribution(distribution).files or [] if path.hash}
+    except importlib.metadata.PackageNotFoundError:
+        return {"installed": "unknown: the distribution is not installed"}
+    if not keys or any(key not in listed for key in keys):
+        return {"installed": "not in its RECORD (an editable install: a source tree, which RECORD does not list)"}
+
+    def sha(key: str) -> str:
+        digest = hashlib.sha256(key_path(key).read_bytes()).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+    edited = [key for key in keys if listed[key].hash.mode != "sha256" or sha(key) != listed[key].hash.value]
+    return {"installed": "edited since installed" if edited else "as installed", "edited": edited}

@@ -16,13 +16,14 @@ import torch
 
 from dear.compute import cpus
 from dear.compute import device as devices
+from dear.compute.transforms import test_transform
 from dear.data.manifest import check_images_exist, read_rgb, select
 from dear.data.manifest import classnames as manifest_classnames
 from dear.errors import DearError, from_workers
+from dear.methods.base import in_precision
 from dear.model import internals as oc
 from dear.config.params import Compute
 from dear.runtime.progress import track
-from dear.train.data import test_transform
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def prepared(model, compute: Compute):
     device = devices.resolve(compute)
     devices.fast_matmuls(device)
     precision = devices.Precision(model.recipe.precision, device)
-    return precision.prepare(model.to(device)), precision
+    return in_precision(model.to(device), precision), precision
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from dear.compute import reproducible
 SWITCH = "DEAR_SERVER"          # off / 0 / false / no: every command runs in its own process, as without a server
 FOLDER = "DEAR_SERVER_DIR"      # where the sockets lie (default: $XDG_RUNTIME_DIR/dear, else /tmp/dear-<uid>)
 IDLE = "DEAR_SERVER_IDLE"       # seconds without a command after which a server ends
+ANSWER_TIMEOUT = 30.0          # seconds a server may take to fork a command
 DEFAULT_IDLE = 900.0            # a researcher's loop: edit, rerun, read; a quarter of an hour between reruns is common
 # The commands that run a stage (`dear.cli._run_stage`): before importing torch they set HF_HUB_OFFLINE and, under
 # compute.reproducible, the kernel caps (`dear.compute.reproducible.apply`); a server for them imports with the same values.
@@ -189,3 +190,38 @@ def _exactly(sock: socket.socket, data: bytes, size: int) -> bytes | None:
             return None
         data += more
     return data
+
+
+def connected(socket_path: Path) -> socket.socket | None:
+    """A connection to the server listening at `socket_path`; None: nobody listens there."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    folder = os.open(socket_path.parent, os.O_RDONLY | os.O_DIRECTORY) if socket_path.parent.is_dir() else None
+    try:  # through the folder's descriptor: a socket's address has at most 107 bytes, a folder's path may be longer
+        conn.connect(f"/proc/self/fd/{folder}/{socket_path.name}" if folder is not None else str(socket_path))
+        return conn
+    except (FileNotFoundError, ConnectionRefusedError):
+        conn.close()
+        return None
+    except OSError as err:
+        conn.close()
+        raise Unavailable(f"cannot connect to {socket_path} ({err.strerror})") from None
+    finally:
+        if folder is not None:
+            os.close(folder)
+
+
+def control(action: str, environ=os.environ) -> list[dict]:
+    """`dear server status|stop`: ask each server of this user for its state, or to stop (after its running
+    commands). [{socket, pid, started, served, running}], or {socket, error} for a socket nobody answers at."""
+    found = []
+    for socket_path in sorted(folder(environ).glob("*.sock")):
+        conn = connected(socket_path)
+        if conn is None:
+            found.append({"socket": str(socket_path), "error": "nobody answers (a killed server's socket)"})
+            continue
+        with conn:
+            conn.settimeout(ANSWER_TIMEOUT)
+            send(conn, {"control": action})
+            about, _ = receive(conn)
+        found.append({"socket": str(socket_path), **(about or {"error": "no answer"})})
+    return found

@@ -46,7 +46,7 @@ from dear.errors import DearError
 from dear.runtime.io import output_folder, provenance, read_json, sha256_json, write_json
 from dear.methods import entry
 from dear.model.clip import load_backbone
-from dear.model.trained import load_trained, read_trained
+from dear.methods.trained import load_trained, read_trained
 from dear.config.params import Params
 from dear.scoring.results import FUSED, OUTPUT, eval_frame, few_shot_protocol, run_metrics, write_eval
 

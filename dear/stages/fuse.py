@@ -23,7 +23,7 @@ from dear.data.manifest import read_fewshot, read_manifest
 from dear.errors import DearError
 from dear.runtime.io import filesystem_errors, provenance, write_json
 from dear.model.clip import load_backbone
-from dear.model.trained import load_trained
+from dear.methods.trained import load_trained
 from dear.config.params import Params
 
 log = logging.getLogger("dear.fuse")

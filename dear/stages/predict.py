@@ -75,7 +75,7 @@ class Outputs:
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     from dear.scoring import evaluation
     from dear.model.clip import load_backbone
-    from dear.model.trained import load_trained, read_trained
+    from dear.methods.trained import load_trained, read_trained
 
     if inputs.top_k < 1:
         raise DearError(f"--top-k: {inputs.top_k}; give at least 1")

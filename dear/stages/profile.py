@@ -37,7 +37,7 @@ from dear.model import internals
 from dear.model.decompose import check_layers, head_statistics
 from dear.model.textbank import TextBank, load_bank
 from dear.model.textspan import Pick, check_rank, text_span
-from dear.model.trained import backbone_sha256
+from dear.methods.trained import backbone_sha256
 from dear.config.params import Params, Profile
 from dear.runtime.progress import track
 

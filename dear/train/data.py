@@ -73,16 +73,6 @@ def train_transform(aug, size: int, mean, std) -> T.Compose:
     ])
 
 
-def test_transform(interpolation: str, size: int, mean, std) -> T.Compose:
-    """Dassl's test transform: resize the short side to `size`, centre crop, normalize (fuse and evaluate use it)."""
-    return T.Compose([
-        T.Resize(size, interpolation=INTERPOLATION[interpolation]),
-        T.CenterCrop(size),
-        T.ToTensor(),
-        T.Normalize(mean, std),
-    ])
-
-
 def unaugmented_transform(interpolation: str, size: int, mean, std) -> T.Compose:
     """Dassl's `to_tensor` of the unaugmented image img0 (DatasetWrapper, RETURN_IMG0): resized to size x size
     (INPUT.SIZE (224, 224): the aspect ratio not kept, nothing cropped), normalize."""

@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from dear.data.world import tiny_params
-from dear.model.trained import read_trained
+from dear.methods.trained import read_trained
 from tests.cluster.slurm import (LOCAL_RULES, PROFILE, SNAKEMAKE_TIMEOUT_S, Run, fail_with_output, gpu_rules,
                                  memory_mb, requested_mem_mb, run_snakemake, slurm, slurm_available, slurm_jobs,
                                  start_snakemake, submissions, wait_for)
