@@ -29,7 +29,7 @@ rule all:
 onstart:
     slurm_logs_stay_under_the_root()
     if MACHINE:
-        from dear.engines import stop
+        from dear.pipeline.engines import stop
         stop([f"error: {line}" for line in MACHINE], CONFIG, "no job was started")
 
 

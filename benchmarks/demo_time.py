@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from dear.runrecord import read_benchmarks
+from dear.pipeline.runrecord import read_benchmarks
 
 ALONE = ("world", "backbone", "profile", "report")  # nothing else can run beside them in the demo's graph
 TRAINING = ("train", "train_transfer", "train_fewshot")

@@ -97,7 +97,7 @@ def masked_attention(arch: str, repeats: int, batch: int = 64, tokens: int = 5) 
 
 def nowork_job(params: str, repeats: int) -> dict:
     """Seconds of zero-shot CLIP's `dear train` (it trains nothing) through the warm server / without it."""
-    from dear.params import load_params
+    from dear.config.params import load_params
 
     loaded = load_params(ROOT / params)
     root = "" if os.path.normpath(loaded.output_root) == "." else os.path.normpath(loaded.output_root) + "/"

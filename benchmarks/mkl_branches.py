@@ -3,7 +3,7 @@
 Runs dear.fingerprint's battery in a fresh process per row, as this CPU runs MKL and, on a
 non-Intel CPU with a C compiler, with MKL made to take its Intel code (tests/mkl_vendor.py: the
 other maker, emulated for MKL alone): first under the setting itself (matrix products on numpy's
-OpenBLAS, dear.blas; the rest of MKL on its COMPATIBLE branch), then with every product on MKL
+OpenBLAS, dear.compute.blas; the rest of MKL on its COMPATIBLE branch), then with every product on MKL
 (`--mkl-products`) under each MKL_CBWR. Prints, per run, MKL's branch as MKL reports it and one
 mark per battery item: `.` the same bytes as the setting's own run on this CPU (the first row),
 `X` other bytes.
@@ -43,7 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from dear.fingerprint import ITEMS, cpu_model
-    from dear.reproducible import cpu_vendor
+    from dear.compute.reproducible import cpu_vendor
     from tests.mkl_vendor import intel_shim
 
     with tempfile.TemporaryDirectory() as folder:

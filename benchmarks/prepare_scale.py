@@ -41,7 +41,7 @@ from PIL import Image
 
 from dear.data import datasets, verify
 from dear.data.manifest import read_manifest
-from dear.params import Data
+from dear.config.params import Data
 from dear.stages import prepare
 
 IMAGENET_TRAIN, IMAGENET_VAL = 1_281_167, 50_000
@@ -121,7 +121,7 @@ def compare_layouts(args) -> None:
     """prepare of an ImageFolder vs the same files in CoOp's JSON layout, verify none: seconds and their ratio."""
     import logging
 
-    from dear.params import CustomDataset
+    from dear.config.params import CustomDataset
 
     logging.getLogger("dear").setLevel(logging.WARNING)
     shutil.rmtree(args.dir, ignore_errors=True)

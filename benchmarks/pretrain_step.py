@@ -31,7 +31,7 @@ def steppers(batches: int = 4, device: str = "cpu"):
 
     from dear.data import world
     from dear.model import clip, pretrain
-    from dear.params import load_params
+    from dear.config.params import load_params
 
     params = load_params(ROOT / "params.yaml")
     arch = clip.resolve_arch(params.model.arch)

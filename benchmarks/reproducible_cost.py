@@ -4,7 +4,7 @@ The setting is process-wide (the caps are read when torch loads), so each side
 runs in a fresh process, and the sides alternate round after round so that
 machine load hits them alike. Sides: `off` (the machine's fastest kernels,
 fp32 pretraining as the demo's params say), `on` (the setting: ATen at AVX2,
-the matrix products on numpy's OpenBLAS at its Haswell kernels (dear.blas), the
+the matrix products on numpy's OpenBLAS at its Haswell kernels (dear.compute.blas), the
 rest of MKL on its COMPATIBLE branch, oneDNN off), `compatible` (the setting with
 every product on MKL's COMPATIBLE branch: the other route that gives the same
 bytes on Intel and AMD) and `avx2` (the setting before 2026-12-05:
@@ -36,13 +36,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SIDES = {"off": (False, None), "on": (True, None), "compatible": (True, None), "avx2": (True, "AVX2,STRICT")}
-# (reproducible, MKL_CBWR instead of the setting's); `compatible`: the setting without dear.blas
+# (reproducible, MKL_CBWR instead of the setting's); `compatible`: the setting without dear.compute.blas
 
 
 def child(side: str, steps: int) -> dict:
     """This process under one side: the caps first (before torch), then each measurement's median seconds."""
     sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-    from dear import reproducible
+    from dear.compute import reproducible
 
     on, cbwr = SIDES[side]
     reproducible.apply(on)
@@ -52,7 +52,7 @@ def child(side: str, steps: int) -> dict:
 
     reproducible.configure_torch(on)
     if side in ("compatible", "avx2"):
-        from dear import blas
+        from dear.compute import blas
 
         blas.remove()  # every product on MKL
     from threadpoolctl import threadpool_limits
@@ -60,12 +60,12 @@ def child(side: str, steps: int) -> dict:
     import train_step  # noqa: E402  (benchmarks/)
     from dear.data import world
     from dear.model import clip, pretrain
-    from dear.params import load_params
+    from dear.config.params import load_params
 
     params = load_params(ROOT / "params.yaml")
     arch = clip.resolve_arch(params.model.arch)
     torch.set_num_threads(1)
-    threadpool_limits(1)  # numpy's OpenBLAS: one thread, as a job of one thread sets it (dear.cpus)
+    threadpool_limits(1)  # numpy's OpenBLAS: one thread, as a job of one thread sets it (dear.compute.cpus)
     model, tokenizer = train_step.backbone(arch)
     mean, std = clip.normalizer(model)
     images, captions = world.corpus_batch(params.world, params.backbone, 0, set())
@@ -74,7 +74,7 @@ def child(side: str, steps: int) -> dict:
     optimizer = pretrain._optimizer(model.train(), params.backbone)
     step = lambda: pretrain.contrastive_step(model, optimizer, pixels, tokens, "fp32", pretrain.ATTENTION)  # noqa: E731
     result = {"pretrain": _median(step, steps)}
-    torch.set_num_threads(params.backbone.threads)  # numpy's OpenBLAS stays on one (dear.blas), as in a job
+    torch.set_num_threads(params.backbone.threads)  # numpy's OpenBLAS stays on one (dear.compute.blas), as in a job
     result[f"pretrain_{params.backbone.threads}_threads"] = _median(step, steps, time.perf_counter)
     torch.set_num_threads(1)
     model, tokenizer = train_step.backbone(arch)

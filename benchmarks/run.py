@@ -58,10 +58,10 @@ def evaluation_ratio(args) -> dict:
 
     from types import SimpleNamespace
 
-    from dear import device as devices
-    from dear import evaluation
+    from dear.compute import device as devices
+    from dear.scoring import evaluation
     from dear.methods import create
-    from dear.params import load_params
+    from dear.config.params import load_params
 
     params = load_params(ROOT / "params.yaml")
     model, size = profile_speed.make_model(args.arch)
@@ -97,7 +97,7 @@ def evaluation_ratio(args) -> dict:
 
 def reuse_ratio(adapted, params, images, transform, precision, args) -> float:
     """A later seed's evaluation (frozen blocks kept from the first seed) / the first seed's, same images."""
-    from dear import evaluation
+    from dear.scoring import evaluation
 
     reuse = evaluation.Reuse("bench", params.evaluate.reuse_mb)
     def encode(kept=None):
@@ -120,7 +120,7 @@ def scaling(args) -> list[dict]:
 
 def noop_engines() -> dict:
     """Wall time of a second `dvc repro` / `snakemake` with nothing changed, on the prepare fan-out."""
-    from dear.digest import write_digests
+    from dear.pipeline.digest import write_digests
     from tests.engines import make_project, run
     from tests.fake_coop import make_fake_dataset, write_params
 

@@ -48,11 +48,11 @@ class Bench:
 
         from types import SimpleNamespace
 
-        from dear import device as devices
+        from dear.compute import device as devices
         from dear.methods import create
         from dear.methods.recipe import resolve
         from dear.model import internals
-        from dear.params import load_params
+        from dear.config.params import load_params
         from dear.train.data import Schedule
         from dear.train.trainer import make_loop
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from dear.data import world as world_data
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.stages import world as world_stage
 
 

@@ -199,7 +199,7 @@ class DeARModel(nn.Module):
     def transform(self) -> Callable:
         """PIL image -> pixels [3, S, S] as `dear evaluate` reads test images (the backbone's size, normalization
         and the method's resize filter)."""
-        from dear.evaluation import eval_transform
+        from dear.scoring.evaluation import eval_transform
 
         return eval_transform(self.method)
 
@@ -264,8 +264,8 @@ def load_trained(model_pt: str | Path, backbone: str | Path, roles: str | Path |
     roles: the roles.parquet it was trained with (method dear); fusion: the fusion.json of `dear fuse`, whose
     refitted alpha then replaces the trained one. `classnames` holds the classes it was trained on.
     """
-    from dear.io import read_json
-    from dear.model import trained
+    from dear.runtime.io import read_json
+    from dear.methods import trained
     from dear.model.clip import load_backbone
 
     record = trained.read_trained(Path(model_pt))
@@ -338,7 +338,7 @@ def _bank(bank, allowed: Sequence[str]):
 
 def _profile_config(settings: RoleSettings, layers: int, rank: int, picks: int, allowed: list[str]):
     """The pipeline's `Profile` section for these settings (the stage's functions read it)."""
-    from dear.params import Profile
+    from dear.config.params import Profile
 
     return Profile.model_validate({
         "dataset": "api", "split": "train", "max_images": 2, "seed": 0, "batch_size": 1, "text_batch_size": 1,

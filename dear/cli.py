@@ -24,18 +24,19 @@ import click
 import typer
 import typer.core
 
-from dear import reproducible  # before the imports that load numpy: OpenBLAS reads its cap when it loads
+from dear.compute import reproducible  # before the imports that load numpy: OpenBLAS reads its cap when it loads
 
 if __name__ == "__main__" or Path(sys.argv[0]).name == "dear":  # the command, not an import (tests, the API)
     reproducible.early(sys.argv[1:])
 
-from dear import cpus, status, stops, supervise  # noqa: E402
-from dear.check import check_file, stage_problems  # noqa: E402
-from dear.check import warnings as check_warnings  # noqa: E402
+from dear.runtime import status, stops, supervise  # noqa: E402
+from dear.compute import cpus  # noqa: E402
+from dear.config.check import check_file, stage_problems  # noqa: E402
+from dear.config.check import warnings as check_warnings  # noqa: E402
 from dear.errors import DearError  # noqa: E402
 from dear.methods import names as method_names  # noqa: E402
-from dear.params import DEFAULT_PATH, load_params, parse_overrides  # noqa: E402
-from dear.params import use as use_params  # noqa: E402
+from dear.config.params import DEFAULT_PATH, load_params, parse_overrides  # noqa: E402
+from dear.config.params import use as use_params  # noqa: E402
 
 app = typer.Typer(
     name="dear",
@@ -98,10 +99,10 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
     first seed's work starts (a read-only folder is found in seconds, not after
     a training run), and a `DearError` anywhere becomes one line on stderr and
     exit code 1. However the stage stops, its last line says why and where
-    (`dear.stops`); run as the `dear` command, a parent process watches it and
-    writes that line when it is killed outright (`dear.supervise`).
+    (`dear.runtime.stops`); run as the `dear` command, a parent process watches it and
+    writes that line when it is killed outright (`dear.runtime.supervise`).
     """
-    from dear import io  # pyarrow: not for --help and --version
+    from dear.runtime import io  # pyarrow: not for --help and --version
 
     os.environ["HF_HUB_OFFLINE"] = "1"  # stages never try the network (`dear fetch-weights` does, on purpose)
     logging_to_file = False
@@ -124,13 +125,13 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
         stage = _import_stage(name)
         reproducible.configure_torch(loaded.compute.reproducible)
         cpus.apply(cpus.budget(loaded, name, _state.get("threads")), name)
-        from dear.io import check_outputs
+        from dear.runtime.io import check_outputs
 
-        from dear.runrecord import benchmarked
+        from dear.pipeline.runrecord import benchmarked
 
         for _, _, seed_outputs in runs:  # every seed's outputs, before the first seed's work
             check_outputs(stage.Outputs(**seed_outputs))
-        from dear.jobs import CACHED
+        from dear.pipeline.jobs import CACHED
 
         with benchmarked(log, itself=name in CACHED):  # under DVC: the job's time and memory, as Snakemake's benchmark: records them
             reused = _restored(name, job, inputs, outputs, stage)  # under DVC: the machine's world and backbone
@@ -142,7 +143,7 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
                 stage.run(loaded, stage.Inputs(**seed_inputs), stage.Outputs(**seed_outputs))
             _write_digests(name, outputs)
             if reused is False:
-                from dear import machine_cache
+                from dear.pipeline import machine_cache
 
                 machine_cache.store(name, machine_cache.wanted(name, job, inputs), Path(outputs["folder"]))
     except DearError as err:
@@ -170,9 +171,9 @@ def _run_stage(name: str, params: Path, sets: Optional[List[str]], log: Optional
 
 def _restored(name: str, job: dict, inputs: dict, outputs: dict, stage) -> bool | None:
     """Under DVC, `dear world` and `dear backbone` copy the machine's output of this very job when it has one
-    (dear.machine_cache): True when restored, False when the stage must run (and then keeps its output there),
+    (dear.pipeline.machine_cache): True when restored, False when the stage must run (and then keeps its output there),
     None when the machine's cache is not for this stage."""
-    from dear import machine_cache
+    from dear.pipeline import machine_cache
 
     if not machine_cache.active(name) or not job:
         return None
@@ -185,8 +186,9 @@ def _restored(name: str, job: dict, inputs: dict, outputs: dict, stage) -> bool 
 
 def job_record(stage: str, params, inputs: dict) -> dict:
     """What every output of this run records about its job: the stage, its arguments, the values it reads
-    (resolved, key by key: dear.keys), the sha256 of its code and each file's fingerprint (dear.jobs.code)."""
-    from dear import jobs, keys
+    (resolved, key by key: dear.config.keys), the sha256 of its code and each file's fingerprint (dear.pipeline.jobs.code)."""
+    from dear.pipeline import jobs
+    from dear.config import keys
     from dear.methods import entry
 
     shots = {"shots": inputs["shots"]} if inputs.get("shots") is not None else {}  # a few-shot run's K
@@ -208,8 +210,8 @@ def job_record(stage: str, params, inputs: dict) -> dict:
 
 def plugin_record(plugin, counted: dict) -> dict:
     """What a run records of a plugin method: the distribution and version that declare it, its entry point, and
-    its code the job counted, against the distribution's RECORD (`dear.methods.plugins.code_record`)."""
-    from dear.methods.plugins import code_record
+    its code the job counted, against the distribution's RECORD (`dear.pipeline.codegraph.code_record`)."""
+    from dear.pipeline.codegraph import code_record
 
     return {"method": plugin.name, "distribution": plugin.distribution, "version": plugin.version,
             "entry_point": plugin.target, "contract": plugin.method.contract, **code_record(plugin, counted)}
@@ -258,8 +260,8 @@ DIGESTED = {"folder": False, "fusion": True}  # Outputs field -> whether it name
 
 
 def _write_digests(name: str, outputs: dict) -> None:
-    """After the last seed: the digests of each output folder (dear/digest.py: what dvc.yaml links stages by)."""
-    from dear.digest import digested_folder, write_digests
+    """After the last seed: the digests of each output folder (dear/pipeline/digest.py: what dvc.yaml links stages by)."""
+    from dear.pipeline.digest import digested_folder, write_digests
 
     for key, value in outputs.items():
         folder = digested_folder(value, DIGESTED[key], SEED) if key in DIGESTED and value is not None else None
@@ -329,7 +331,7 @@ def _configure_logging(log: Optional[Path]) -> None:
         handler.close()
     handlers: list[logging.Handler] = [_Stderr()]
     if log is not None:
-        from dear.io import check_output_file, filesystem_errors
+        from dear.runtime.io import check_output_file, filesystem_errors
 
         check_output_file(log)
         with filesystem_errors(log):
@@ -658,7 +660,7 @@ def check(
         typer.echo(f"{params}: {problems} problem(s)", err=True)
         raise typer.Exit(code=1)
     if jobs is not None:
-        from dear import engines
+        from dear.pipeline import engines
 
         for line in engines.run(loaded, str(params), jobs):
             typer.echo(line, err=True)
@@ -672,7 +674,7 @@ def cost_line(loaded, params: Path) -> str:
     if not record.is_file():
         return (f"cost: no record of a run of this config yet ({record}); `dear plan --params {params} --record RUN` "
                 "estimates it from another run's (a pilot on the target machines prices it best)")
-    from dear.plan import plan
+    from dear.pipeline.plan import plan
 
     try:
         total = plan(loaded, json.loads(record.read_text())).iloc[-1]
@@ -694,7 +696,7 @@ def plan(
     Per stage and in total, before the run (docs/report.md)."""
     _configure_logging(None)
     with _one_line_errors():
-        from dear.plan import run
+        from dear.pipeline.plan import run
 
         loaded = load_params(params)
         typer.echo(run(loaded, record or Path(loaded.output_root)), nl=False)
@@ -712,10 +714,10 @@ def compare(
     paired; with nothing paired it says so and exits 1. Intervals and their level come from --params (report
     section)."""
     _configure_logging(None)
-    from dear.compare import NothingPaired
+    from dear.pipeline.compare import NothingPaired
 
     with _one_line_errors():
-        from dear.compare import run
+        from dear.pipeline.compare import run
 
         try:
             typer.echo(run(load_params(params), run_a, run_b), nl=False)
@@ -736,7 +738,7 @@ def recipe(
     """Show each training job's recipe: values and their sources.
 
     The resolved recipe of every training job of a config: each value and its source, and the prompts."""
-    from dear.methods import show
+    from dear.config import show
 
     with _one_line_errors():
         loaded = load_params(params, overrides or ())
@@ -775,7 +777,7 @@ def fetch_weights(params: Path = ParamsOption) -> None:
     with _one_line_errors():
         loaded = load_params(params)
         model = loaded.model
-        from dear.check import job_recipes
+        from dear.config.check import job_recipes
         from dear.methods import descriptions
         from dear.model.clip import resolve_arch
         from dear.model.weights import fetch_configured  # the network goes on for the download only
@@ -802,8 +804,7 @@ def server(action: str = typer.Argument("status", metavar="status|stop",
     A server starts on a command's first use and ends after DEAR_SERVER_IDLE seconds (default 900) without one;
     DEAR_SERVER=off runs every command in its own process, as before.
     """
-    from dear.server.client import control
-    from dear.server.wire import Unavailable
+    from dear.server.wire import Unavailable, control
 
     if action not in ("status", "stop"):
         _print_errors(DearError(f"dear server {action}: unknown action; use status or stop"))
@@ -825,7 +826,7 @@ def server(action: str = typer.Argument("status", metavar="status|stop",
 
 
 def main() -> None:
-    """The `dear` command: a stage runs watched by a parent that reports its death by a signal (dear.supervise)."""
+    """The `dear` command: a stage runs watched by a parent that reports its death by a signal (dear.runtime.supervise)."""
     _state["supervise"] = True
     app()
 

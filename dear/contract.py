@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # for readers and type checkers; loaded lazily below
     from dear.model import head_roles as roles
     from dear.model import internals
     from dear.model.masks import HeadRole
-    from dear.train import averaging
+    from dear.methods import averaging
 
 __all__ = ["VERSION", "Method", "MethodModel", "Step", "cross_entropy", "check_layer", "towers", "prompts",
            "internals", "representation", "averaging", "roles", "HeadRole", "Recipe", "Key", "PROTOCOLS", "KINDS",
@@ -72,7 +72,7 @@ __all__ = ["VERSION", "Method", "MethodModel", "Step", "cross_entropy", "check_l
 
 def __getattr__(name: str) -> Any:
     """The torch-heavy names, imported when first asked for. Each module is named by a constant: the job code
-    fingerprints (dear.codegraph) follow a plugin's `from dear.contract import towers` to the module it runs."""
+    fingerprints (dear.pipeline.codegraph) follow a plugin's `from dear.contract import towers` to the module it runs."""
     if name in ("MethodModel", "Step", "cross_entropy", "check_layer"):
         return getattr(importlib.import_module("dear.methods.base"), name)
     if name == "HeadRole":
@@ -81,7 +81,7 @@ def __getattr__(name: str) -> Any:
                "prompts": lambda: importlib.import_module("dear.methods.prompts"),
                "internals": lambda: importlib.import_module("dear.model.internals"),
                "representation": lambda: importlib.import_module("dear.methods.representation"),
-               "averaging": lambda: importlib.import_module("dear.train.averaging"),
+               "averaging": lambda: importlib.import_module("dear.methods.averaging"),
                "roles": lambda: importlib.import_module("dear.model.head_roles")}
     if name in modules:
         return modules[name]()

@@ -209,7 +209,7 @@ def pretraining(threads: int, steps: int) -> Callable[[], list]:
         from dear.model import internals, pretrain
 
         before = torch.get_num_threads()
-        torch.set_num_threads(threads)  # numpy's OpenBLAS (dear.blas) stays on one, as in a job
+        torch.set_num_threads(threads)  # numpy's OpenBLAS (dear.compute.blas) stays on one, as in a job
         try:
             model, tokenizer = _tiny_backbone()
             pixels, tokens = _randn(len(CAPTIONS), 3, 32, 32, seed=21), tokenizer(CAPTIONS)
@@ -228,7 +228,7 @@ def training(method: str) -> Callable[[], list]:
     def item() -> list:
         import torch
 
-        from dear import device as devices
+        from dear.compute import device as devices
         from dear.methods import create
         from dear.methods.recipe import resolve
         from dear.model.masks import HeadRole
@@ -326,15 +326,15 @@ def battery(names: list[str] | None = None) -> dict[str, str]:
 
 
 def machine() -> dict:
-    """The CPU and the builds that computed a fingerprint, and what was in force (dear.reproducible.in_force)."""
-    from dear import reproducible
+    """The CPU and the builds that computed a fingerprint, and what was in force (dear.compute.reproducible.in_force)."""
+    from dear.compute import reproducible
 
     return {"cpu": cpu_model(), "vendor": reproducible.cpu_vendor(), "python": platform.python_version(),
             "versions": versions(), "in_force": reproducible.in_force()}
 
 
 def cpu_model() -> str:
-    from dear.io import _cpu_name
+    from dear.runtime.io import _cpu_name
 
     return _cpu_name()
 
@@ -385,7 +385,7 @@ def compare(found: dict[str, str], stored: dict) -> str | None:
 
 
 def write(found: dict[str, str], path: Path = STORED) -> None:
-    from dear.io import write_text
+    from dear.runtime.io import write_text
 
     record = {"items": found, "machine": machine(), "written_by": WRITE}
     write_text(path, json.dumps(record, indent=2) + "\n")
@@ -393,8 +393,8 @@ def write(found: dict[str, str], path: Path = STORED) -> None:
 
 def prepare(cbwr: str | None, mkl_products: bool = False) -> None:
     """The setting's caps before torch and numpy load, as a `dear` job applies them; `cbwr` replaces MKL_CBWR,
-    `mkl_products` leaves the matrix products on MKL (the setting without dear.blas)."""
-    from dear import reproducible
+    `mkl_products` leaves the matrix products on MKL (the setting without dear.compute.blas)."""
+    from dear.compute import reproducible
 
     if "torch" in sys.modules or "numpy" in sys.modules:
         raise RuntimeError("dear.fingerprint must run in a fresh process: torch or numpy is already loaded")
@@ -405,7 +405,7 @@ def prepare(cbwr: str | None, mkl_products: bool = False) -> None:
 
     reproducible.configure_torch(True)
     if mkl_products:
-        from dear import blas
+        from dear.compute import blas
 
         blas.remove()
 
@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the hashes and what was in force as JSON")
     parser.add_argument("--cbwr", help="MKL_CBWR instead of the setting's ('none': unset); never with --write")
     parser.add_argument("--mkl-products", action="store_true",
-                        help="the matrix products on MKL, not on numpy's OpenBLAS (dear.blas); never with --write")
+                        help="the matrix products on MKL, not on numpy's OpenBLAS (dear.compute.blas); never with --write")
     parser.add_argument("--kernels", action="store_true", help="the kernel items only (no model, no probe; with --json)")
     args = parser.parse_args(argv)
     if args.write and (args.cbwr or args.kernels or args.mkl_products):

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from dear.errors import DearError
-from dear.io import output_folder
+from dear.runtime.io import output_folder
 from dear.methods import RESERVED, available
 from dear.methods.plugins import CONTRACT_VERSION, GROUP
 

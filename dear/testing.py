@@ -95,7 +95,7 @@ class Kit:
     def params_path(self) -> Path:
         """The method's params file; the datasets drawn and prepared and the backbone written (once per folder:
         kits of several methods in one folder share them)."""
-        from dear.params import load_params
+        from dear.config.params import load_params
 
         path = self.folder / self.method / "params.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -210,8 +210,8 @@ class Kit:
     def model(self, run: Run | None = None):
         """A fresh model of the method as `dear train` builds it for `run` (default: the first protocol's)."""
         from dear.methods import create
-        from dear.model.trained import read_roles
-        from dear.params import load_params
+        from dear.methods.trained import read_roles
+        from dear.config.params import load_params
 
         run = run or self.runs()[0]
         params = load_params(self.params_path)
@@ -368,7 +368,7 @@ class Kit:
     def check_save_load(self) -> None:
         import torch
 
-        from dear.model.trained import read_trained, save_trained
+        from dear.methods.trained import read_trained, save_trained
 
         run = self.trained
         model, saved = self.load(run), read_trained(run.model)["state"]
@@ -387,7 +387,7 @@ class Kit:
         assert torch.equal(loaded, second), "a model loaded from model.pt and one saved again give other logits"
 
     def check_resume(self) -> None:
-        from dear.io import FAULTS
+        from dear.runtime.io import FAULTS
 
         run = self.trained
         model = self.load(run)
@@ -454,19 +454,19 @@ class Kit:
     # --- helpers -------------------------------------------------------------------
 
     def load(self, run: Run, path: Path | None = None):
-        from dear.model.trained import load_trained
+        from dear.methods.trained import load_trained
 
         return load_trained(path or run.model, self.backbone(), self.folder / "roles.parquet")
 
     def logits(self, model, run: Run):
         """[3, S+1, C] stream logits of fixed images on the trained classes, computed as a `dear` stage computes
         them: float sums depend on the thread count, on oneDNN and on who does the matrix products
-        (compute.reproducible: numpy's OpenBLAS, dear.blas), so each is fixed here, inside a stage and out."""
+        (compute.reproducible: numpy's OpenBLAS, dear.compute.blas), so each is fixed here, inside a stage and out."""
         import torch
         from threadpoolctl import threadpool_limits
 
-        from dear import blas
-        from dear.params import load_params
+        from dear.compute import blas
+        from dear.config.params import load_params
 
         torch.manual_seed(0)
         images = torch.randn(3, 3, 32, 32)
@@ -486,7 +486,7 @@ class Kit:
 
 def demo_params() -> Path:
     """The demo's params.yaml of the dear checkout this package runs from (an editable install: make install)."""
-    from dear.codegraph import PACKAGE
+    from dear.pipeline.codegraph import PACKAGE
 
     path = PACKAGE.parent / "params.yaml"
     if not path.is_file():
@@ -545,7 +545,7 @@ def _write_backbone(folder: Path) -> None:
     """A random-weight backbone as `dear backbone` leaves one: model.pt (state dict) and card.json."""
     import torch
 
-    from dear.io import sha256_file
+    from dear.runtime.io import sha256_file
     from dear.model.clip import create_model
 
     torch.manual_seed(0)
@@ -560,8 +560,8 @@ def _write_roles(path: Path, model_sha256: str) -> None:
     generalization, mixed)."""
     import pyarrow as pa
 
-    from dear.io import write_parquet
-    from dear.model.trained import ROLES_SCHEMA
+    from dear.runtime.io import write_parquet
+    from dear.methods.trained import ROLES_SCHEMA
 
     kinds = (("attribute", "color"), ("attribute", "object"), ("generalization", "other"), ("mixed", "other"))
     rows = [dict(layer=layer, head=head, concept=concept, mask_role=role, model_sha256=model_sha256)
@@ -570,8 +570,8 @@ def _write_roles(path: Path, model_sha256: str) -> None:
 
 
 def _killed(run: Callable[[], Any], point: int) -> int:
-    """Run `run()` in a forked child SIGKILLed at its `point`-th write point (dear.io.FAULTS); its wait status."""
-    from dear.io import FAULTS, KILL_ENV
+    """Run `run()` in a forked child SIGKILLed at its `point`-th write point (dear.runtime.io.FAULTS); its wait status."""
+    from dear.runtime.io import FAULTS, KILL_ENV
 
     pid = os.fork()
     if pid == 0:  # the child never returns into the caller

@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dear.params import load_params  # noqa: E402
+from dear.config.params import load_params  # noqa: E402
 from dear.stages import evaluate, fuse, train  # noqa: E402
 
 NO_TRAINING = tuple(f"train.recipes.{recipe}.{change}" for recipe in ("coop", "mmrl", "dear")

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dear.data.manifest import classnames, read_fewshot, read_manifest, select  # noqa: E402
 from dear.model.clip import load_backbone  # noqa: E402
 from dear.model.zeroshot import ZeroShotClassifier, image_features  # noqa: E402
-from dear.params import load_params  # noqa: E402
+from dear.config.params import load_params  # noqa: E402
 
 PROBE_C = (0.1, 0.3, 1, 3, 10, 30, 100)
 

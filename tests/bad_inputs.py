@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # fake_coop, as pytest's rootdir confte
 
 from dear.cli import app  # noqa: E402
 from dear.data.manifest import FEWSHOT_SCHEMA, MANIFEST_SCHEMA  # noqa: E402
-from dear.io import read_provenance, sha256_file, write_parquet  # noqa: E402
+from dear.runtime.io import read_provenance, sha256_file, write_parquet  # noqa: E402
 from fake_coop import make_fake_dataset, write_params  # noqa: E402
 from tests import fake_run  # noqa: E402
 
@@ -201,7 +201,7 @@ PARAMS = [
 
 
 def params_text_case(id: str, stage: str, given: str, edit: Callable[[str], str], expect: list[str]) -> Case:
-    """A params file edited as text: what YAML itself reads differently (dear.strict_yaml)."""
+    """A params file edited as text: what YAML itself reads differently (dear.config.strict_yaml)."""
     def setup(inputs: Inputs, here: Path, patch) -> None:
         (here / "params.yaml").write_text(edit(yaml.safe_dump(yaml.safe_load(inputs.params.read_text()),
                                                               sort_keys=False)))

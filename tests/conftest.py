@@ -24,7 +24,7 @@ def pytest_unconfigure(config):
     if _OWN_SERVERS:
         import shutil
 
-        from dear.server.client import control
+        from dear.server.wire import control
 
         control("stop", {"DEAR_SERVER_DIR": _OWN_SERVERS})
         shutil.rmtree(_OWN_SERVERS, ignore_errors=True)

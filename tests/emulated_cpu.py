@@ -28,7 +28,7 @@ COMMANDS = [
 
 def main(folder: str) -> None:
     os.chdir(folder)
-    from dear import reproducible
+    from dear.compute import reproducible
 
     reproducible.early(["--params", "params.yaml"])  # as the `dear` command does, before numpy loads
     from dear.cli import app

@@ -82,7 +82,7 @@ def dvc_graph(project: Path, dvcfile: str = "dvc.yaml") -> dict[str, Step]:
     """{command: Step} for every (matrix-expanded) stage of `dvcfile`, paths relative to the project.
 
     A digest read as a params file (X/.digest/folder.yaml, X/.digest/NAME.yaml) stands
-    for what it digests (X, X/NAME: dear/digest.py); the config's own sections and the jobs'
+    for what it digests (X, X/NAME: dear/pipeline/digest.py); the config's own sections and the jobs'
     values files (.dear/jobs/) are left out, and so is the `check` stage (`dear check --jobs`), which
     Snakemake does while it plans (docs/engines.md).
     """

@@ -13,8 +13,8 @@ import yaml
 from PIL import Image
 
 from dear.data.manifest import FEWSHOT_SCHEMA
-from dear.io import sha256_file, write_parquet
-from dear.model.trained import ROLES_SCHEMA
+from dear.runtime.io import sha256_file, write_parquet
+from dear.methods.trained import ROLES_SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent
 CLASSNAMES = ["apple", "rocket", "guitar", "turtle", "camera", "cactus", "bicycle", "whale"]

@@ -6,7 +6,7 @@ pick. It asks through `mkl_serv_intel_cpu_true`, a function torch's MKL exports
 (libtorch_cpu.so's dynamic symbols, MKL 2024.2), so a library preloaded with one
 that answers 1 makes MKL on an AMD CPU run the code it runs on an Intel one. Its
 verbose line then says so (`CNR:AVX2,STRICT` where it said `AUTO,STRICT`), which
-`dear.reproducible.mkl_branch` reads: a test checks that before trusting it.
+`dear.compute.reproducible.mkl_branch` reads: a test checks that before trusting it.
 
 Only MKL's choice is emulated: the instructions run on this CPU. Where MKL's
 Intel code uses approximation instructions (rcpps, rsqrtps), an AMD CPU answers

@@ -13,11 +13,11 @@ from typer.testing import CliRunner
 from dear.cli import app
 from dear.data import world as world_data
 from dear.errors import DearError
-from dear.io import DIGESTS
+from dear.runtime.io import DIGESTS
 from dear.model import clip
 from dear.model.pretrain import pretrain
 from dear.model.sanity import world_zero_shot
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.stages import backbone as backbone_stage
 from dear.stages import world as world_stage
 
@@ -160,7 +160,7 @@ def test_a_weights_file_is_used_in_place_and_checked_by_every_later_load(built, 
     card = json.loads((out / "card.json").read_text())
     assert card["weights"] == {"path": str(weights), "sha256": card["sha256"], "copied_here": False}
     assert card["sha256"] == json.loads((folder / "card.json").read_text())["sha256"] and card["sanity"] is None
-    assert sorted(p.name for p in out.iterdir() if p.name != DIGESTS) == ["card.json"]  # .digest: dear/digest.py
+    assert sorted(p.name for p in out.iterdir() if p.name != DIGESTS) == ["card.json"]  # .digest: dear/pipeline/digest.py
     loaded = clip.load_backbone(out)
     assert all(torch.equal(v, loaded.model.state_dict()[k]) for k, v in clip.load_backbone(folder).model.state_dict().items())
     with open(weights, "r+b") as handle:  # one byte changed behind the pipeline's back
@@ -182,7 +182,7 @@ def test_unknown_tag_fails_in_one_line():
 
 def test_corpus_augmentation_is_seeded_per_step_and_off_when_asked(params):
     from dear.model.pretrain import augmentation, augmented
-    from dear.params import Augmentation
+    from dear.config.params import Augmentation
 
     pixels = torch.rand(4, 3, 32, 32)
     augment = augmentation(Augmentation(crop_scale=[0.5, 1.0], flip_prob=0.5, interpolation="bicubic"), 32)
@@ -197,7 +197,7 @@ def test_corpus_augmentation_is_seeded_per_step_and_off_when_asked(params):
 def test_the_world_sanity_check_is_for_the_embedded_backbone_and_names_its_key(built, tmp_path, monkeypatch):
     """backbone.sanity.enabled: auto scores only the embedded backbone on the world; by hand, one's own weights need
     no world, and a check asked for without one says which key turns it off."""
-    from dear.params import sanity_on, world_needed
+    from dear.config.params import sanity_on, world_needed
 
     params_file, _, folder = built
     monkeypatch.chdir(tmp_path)  # --world's default, world/, is not there

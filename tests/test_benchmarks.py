@@ -89,7 +89,7 @@ def test_the_text_prefix_benchmark_steps_each_method_both_ways():
 def test_the_one_epoch_demo_is_the_demo_with_every_training_job_at_one_epoch():
     """demo_time.py --write-one-epoch (docs/performance.md): params.yaml but for the epochs of every trained job."""
     from dear.methods.recipe import resolve
-    from dear.params import Params, read_yaml
+    from dear.config.params import Params, read_yaml
 
     demo = read_yaml(ROOT / "params.yaml")
     one = _script("demo_time").one_epoch(demo)

@@ -1,4 +1,4 @@
-"""dear.blas: torch's CPU matrix products on numpy's OpenBLAS while compute.reproducible is on, the same products."""
+"""dear.compute.blas: torch's CPU matrix products on numpy's OpenBLAS while compute.reproducible is on, the same products."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dear import blas
+from dear.compute import blas
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dear.digest import SNAKEMAKE_STAMP, damaged, write_digests
-from dear.io import files_under, restored_from_output_cache
-from dear.machine_cache import LOCATION as CACHE_VARIABLE
+from dear.pipeline.digest import SNAKEMAKE_STAMP, damaged, write_digests
+from dear.runtime.io import files_under, restored_from_output_cache
+from dear.pipeline.machine_cache import LOCATION as CACHE_VARIABLE
 from tests import tiny_study
 from tests.engines import BIN, ROOT, engine_env, make_project
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dear.check import check_file
-from dear.probe import cuda_devices
+from dear.config.check import check_file
+from dear.compute.probe import cuda_devices
 from dear.cli import app
 from tests import tiny_study
 from tests.engines import BIN, engine_env, make_project
@@ -85,12 +85,12 @@ def test_dataset_folders_and_the_profiled_split_size_are_checked(tmp_path):
 
 def test_fewer_shots_than_asked_and_more_workers_than_cpus_are_warnings(tmp_path, monkeypatch):
     """Warned, not refused: the run works, just not as the config reads (shots of the trained sets only)."""
-    import dear.check
+    import dear.config.check
 
     make_fake_dataset(tmp_path / "data", "oxford_pets", n_classes=4, per_class=3)
     params = edit(write_params(tmp_path / "params.yaml", root=tmp_path / "data", datasets=["oxford_pets"], shots=16),
                   data={"source": "coop", "workers": 2}, compute={"workers": 8}, profile={"svd_rank": 8, "texts_per_head": 5})
-    monkeypatch.setattr(dear.check, "available_cpus", lambda: 2)
+    monkeypatch.setattr(dear.config.check, "available_cpus", lambda: 2)
     result = CliRunner().invoke(app, ["check", "--params", str(params)])
     assert result.exit_code == 0 and errors(result) == [], result.stderr
     warned = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
@@ -102,7 +102,7 @@ def test_fewer_shots_than_asked_and_more_workers_than_cpus_are_warnings(tmp_path
     quiet = edit(params, data={"shots": 3}, compute={"workers": 1})
     assert "warning:" not in CliRunner().invoke(app, ["check", "--params", str(quiet)]).stderr
     world = tiny_study.write(tmp_path / "tiny.yaml")  # the world's own split sizes: 4 train images per class
-    assert dear.check.warnings(check_file(edit(world, data={"shots": 5}))[0], "tiny.yaml")[0].startswith(
+    assert dear.config.check.warnings(check_file(edit(world, data={"shots": 5}))[0], "tiny.yaml")[0].startswith(
         "data.shots: 5, but a class of world_objects has only 4 training images")
 
 
@@ -199,8 +199,8 @@ def test_a_stage_reports_every_problem_before_torch_is_imported(tmp_path):
 
 
 def test_check_imports_neither_torch_nor_open_clip():
-    code = ("import sys, dear.check, dear.cli\n"
-            "dear.check.check_file('params.yaml')\n"
+    code = ("import sys, dear.config.check, dear.cli\n"
+            "dear.config.check.check_file('params.yaml')\n"
             "print(sorted(m for m in ('torch', 'open_clip', 'torchvision') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.stdout.strip() == "[]", result.stderr
@@ -234,7 +234,7 @@ def test_the_torch_free_probes_agree_with_torch_and_open_clip():
     import torch
 
     import dear.model.clip  # noqa: F401  (registers the embedded architectures)
-    from dear.probe import arch_config, torch_cuda_build
+    from dear.compute.probe import arch_config, torch_cuda_build
 
     assert torch_cuda_build() == torch.version.cuda
     for arch in ("ViT-B-16", "dear-world", "dear-world-tiny"):
@@ -246,9 +246,9 @@ def test_the_torch_free_probes_agree_with_torch_and_open_clip():
 def test_the_stages_device_is_the_cpu_here_and_cuda_is_refused_in_one_line():
     import torch
 
-    from dear import device as devices
+    from dear.compute import device as devices
     from dear.errors import DearError
-    from dear.params import Compute
+    from dear.config.params import Compute
 
     assert devices.resolve(Compute(device="auto", precision="bf16", workers=0, reproducible=True)) == torch.device("cpu")
     assert not devices.uses_bf16(torch.device("cpu"), "bf16")  # CPU stays fp32
@@ -259,7 +259,7 @@ def test_the_stages_device_is_the_cpu_here_and_cuda_is_refused_in_one_line():
 def test_the_log_line_names_the_precision_a_stage_really_runs_on_the_cpu():
     import torch
 
-    from dear import device as devices
+    from dear.compute import device as devices
 
     cpu = torch.device("cpu")
     assert devices.describe(cpu, "bf16").startswith("cpu, fp32,")  # train, fuse, evaluate: fp32 on CPU
@@ -289,7 +289,7 @@ def test_the_world_text_banks_size_is_known_without_drawing_the_emoji():
     """`dear check` counts the world's bank from its params (the catalog takes ~1 s); both counts agree."""
     from dear.data import world as world_data
     from dear.data.world import tiny_params
-    from dear.params import World, load_params
+    from dear.config.params import World, load_params
 
     for world in (load_params(ROOT / "params.yaml").world, World.model_validate(tiny_params()["world"])):
         bank = world_data.text_bank(world)
@@ -349,7 +349,7 @@ def test_a_report_method_the_study_does_not_run_is_refused(tmp_path):
                                                (["linear_probe", "zeroshot"], "zeroshot")])
 def test_the_report_defaults_to_the_study_s_methods_and_compares_dear_else_the_last_trained(tmp_path, methods,
                                                                                          compared):
-    from dear.params import load_params
+    from dear.config.params import load_params
 
     params = edit(write_params(tmp_path / "params.yaml", root="world", datasets=["world_objects"]),
                   study={"methods": methods}, report={"methods": None, "compare": None})

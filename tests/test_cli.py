@@ -7,8 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from dear.cli import app
-from dear.io import read_provenance
-from dear.params import load_params
+from dear.runtime.io import read_provenance
+from dear.config.params import load_params
 from tests.fake_run import ROOT
 from tests.fake_coop import make_fake_dataset, write_params
 

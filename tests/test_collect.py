@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from dear import jobs
-from dear.io import sha256_file, write_parquet
-from dear.params import load_params
+from dear.pipeline import jobs
+from dear.runtime.io import sha256_file, write_parquet
+from dear.config.params import load_params
 from dear.stages.report import Inputs, with_collected_runs
 from tests import tiny_study
 from tests.fake_run import invoke
@@ -54,7 +54,7 @@ def test_collect_lists_the_study_s_runs_of_one_method_and_the_report_reads_them(
 
 
 def test_collect_s_record_names_what_decides_the_runs_and_not_the_other_methods(tmp_path):
-    from dear import keys
+    from dear.config import keys
 
     params = load_params(tiny_study.write(tmp_path / "params.yaml"))
     read = keys.reads(params, "collect", method="coop")

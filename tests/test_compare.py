@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from dear.params import load_params
-from dear.plan import plan
-from dear.runrecord import read_benchmarks
+from dear.config.params import load_params
+from dear.pipeline.plan import plan
+from dear.pipeline.runrecord import read_benchmarks
 from tests import tiny_study
 from tests.engines import BIN, engine_env, make_project, run
 
@@ -115,7 +115,7 @@ def test_check_prints_the_price_of_a_config_with_a_record(project):
 
 def test_compare_takes_a_demo_snapshot_as_one_side(project, tmp_path):
     """docs/demo as `python -m dear.docs --snapshot` leaves it (record.json, evals.parquet) against a run's report."""
-    from dear.compare import write_comparable
+    from dear.pipeline.compare import write_comparable
 
     snapshot = tmp_path / "demo"
     assert write_comparable(project / "runA/report", snapshot) == [snapshot / "evals.parquet", snapshot / "record.json"]
@@ -131,7 +131,7 @@ def test_compare_takes_a_demo_snapshot_as_one_side(project, tmp_path):
 def test_compare_names_a_plugins_code_change_as_a_cause():
     """Two runs of one plugin release whose model.py differs (an installed plugin edited in place): the line names
     the method, the file and the state against the distribution's RECORD; the same code reads the same."""
-    from dear.compare import inputs_differ
+    from dear.pipeline.compare import inputs_differ
 
     def record(fingerprint: str, installed: str) -> dict:
         plugin = {"method": "vpt_deep", "distribution": "dear-vpt-deep", "version": "0.1.0", "installed": installed,

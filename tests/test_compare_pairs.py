@@ -14,9 +14,9 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from dear.cli import app
-from dear.compare import UNPAIRED, _numbers_text, paired_numbers
+from dear.pipeline.compare import UNPAIRED, _numbers_text, paired_numbers
 from dear.report import paired
-from dear.results import eval_frame, write_eval
+from dear.scoring.results import eval_frame, write_eval
 from tests import tiny_study
 
 OPTIONS = paired.Options(0.95, 100, 1)

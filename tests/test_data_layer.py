@@ -31,7 +31,7 @@ def test_importing_a_data_module_loads_neither_params_nor_methods(module):
     assert done.returncode == 0, done.stderr[-2000:]
     loaded = json.loads(done.stdout.splitlines()[-1])
     assert module in loaded
-    upward = [name for name in loaded if name == "dear.params" or name.split(".")[:2] == ["dear", "methods"]]
+    upward = [name for name in loaded if name == "dear.config.params" or name.split(".")[:2] == ["dear", "methods"]]
     assert upward == [], f"{module} loads {upward}"
 
 
@@ -43,9 +43,9 @@ def test_the_built_in_datasets_are_declarations_of_the_formats():
 
 
 def test_the_data_layer_has_no_import_circle():
-    """Read from the code (`dear.codegraph.imports`, function-level imports included): no module of dear.data
+    """Read from the code (`dear.pipeline.codegraph.imports`, function-level imports included): no module of dear.data
     reaches itself again through the others."""
-    from dear import codegraph
+    from dear.pipeline import codegraph
 
     within = {module: {name for name in codegraph.imports(module) if name in MODULES} for module in MODULES}
 

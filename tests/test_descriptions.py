@@ -8,11 +8,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dear.check import check_file
+from dear.config.check import check_file
 from dear.cli import app
 from dear.errors import DearError
 from dear.methods import descriptions
-from dear.params import load_params
+from dear.config.params import load_params
 from tests import fake_run
 
 TABLE = {"sea lion": ["A sea lion has flippers.", "a photo of a sea lion."], "red car": ["A red car."]}
@@ -67,7 +67,7 @@ def paper_recipe(dataset="dtd", **changes):
     recipes = {"tac": changes} if changes else {}
     raw = yaml.safe_load((fake_run.ROOT / "configs/paper-vitb16.yaml").read_text())
     raw["train"]["recipes"] = recipes
-    from dear.params import Params
+    from dear.config.params import Params
 
     return Params.model_validate(raw).train.recipe("tac", dataset, "base_to_novel")
 

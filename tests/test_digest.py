@@ -1,10 +1,10 @@
-"""Output digests: what dvc.yaml links stages by (dear/digest.py)."""
+"""Output digests: what dvc.yaml links stages by (dear/pipeline/digest.py)."""
 
 from pathlib import Path
 
 import yaml
 
-from dear.digest import digested_folder, write_digests
+from dear.pipeline.digest import digested_folder, write_digests
 
 
 def _read(folder: Path) -> dict:

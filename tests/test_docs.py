@@ -21,7 +21,7 @@ import pytest
 from dear.docs import blocks
 from dear.docs.__main__ import main
 from dear.docs.generators import generate
-from dear.params import Params
+from dear.config.params import Params
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = blocks.pages(ROOT)

@@ -1,6 +1,6 @@
 """A failure always says why: the last line of a job's log names the cause, however the stage stopped.
 
-Real `dear` processes (a stage runs under a parent that watches it, dear/supervise.py): killed by SIGKILL
+Real `dear` processes (a stage runs under a parent that watches it, dear/runtime/supervise.py): killed by SIGKILL
 (the parent writes the line), over a memory limit set here (ulimit -v), stopped by SIGTERM or Ctrl-C
 (the stage writes it, and the rerun resumes), an unexpected Python error (traceback and line), and a
 Snakemake job killed by SIGKILL, whose failure summary quotes that line.

@@ -4,7 +4,7 @@ One tiny study (world to report, one seed) is run once, uninterrupted: the
 reference. Then, stage by stage, the same command runs in a forked copy of
 this process (no import cost) that is SIGKILLed
 
-- at its N-th write point (`dear.io.FAULTS`: a file half written before its
+- at its N-th write point (`dear.runtime.io.FAULTS`: a file half written before its
   rename, a folder about to be swapped, a folder half swapped), for the first
   point, a seeded random one, and the last ones;
 - or after a seeded random share of the stage's reference wall time.
@@ -30,7 +30,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dear import io
+from dear.runtime import io
 from dear.cli import app
 from tests import tiny_study
 from tests.fake_run import small_recipes
@@ -127,7 +127,7 @@ def study(tmp_path_factory) -> Reference:
 def snapshot(root: Path, stage: Stage, raw: bool = False) -> dict:
     """Every file of the stage's outputs: bytes, or a Parquet file's rows and metadata minus wall-clock columns.
 
-    The digests the command writes after its stage (`.digest/`, dear/digest.py) are not the stage's outputs:
+    The digests the command writes after its stage (`.digest/`, dear/pipeline/digest.py) are not the stage's outputs:
     a rerun rewrites them (tests/test_digest.py)."""
     found = {}
     for output in stage.outputs:

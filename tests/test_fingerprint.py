@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dear import fingerprint, reproducible
+from dear import fingerprint
+from dear.compute import reproducible
 from tests.mkl_vendor import intel_shim
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,9 +7,9 @@ import pytest
 import torch
 import yaml
 
-from dear import evaluation
+from dear.scoring import evaluation
 from dear.data.manifest import classnames, read_fewshot, read_manifest, select
-from dear.io import read_provenance, sha256_file
+from dear.runtime.io import read_provenance, sha256_file
 from dear.stages.fuse import fit_alpha
 from tests.fake_coop import make_fake_dataset
 from tests.fake_run import invoke, prepared_project
@@ -142,9 +142,9 @@ def test_evaluate_rejects_a_fusion_file_without_alpha(project, tmp_path):
 
 def test_a_second_model_on_the_same_backbone_reuses_the_frozen_blocks(project, monkeypatch):
     """The next seed of an evaluate job runs only the blocks from its first token layer on, with equal features."""
-    from dear.device import Precision
+    from dear.compute.device import Precision
     from dear.model.clip import load_backbone
-    from dear.model.trained import load_trained
+    from dear.methods.trained import load_trained
 
     root, params, run = project
     monkeypatch.setattr(evaluation, "_kept", {})
@@ -179,7 +179,7 @@ def test_a_second_model_on_the_same_backbone_reuses_the_frozen_blocks(project, m
 def test_a_few_shot_run_trains_k_shots_of_every_class_and_is_scored_on_all_of_them(project, tmp_path):
     """study.few_shot: prepare's K-shot table, `dear train --classes all --shots K`, fuse on its own validation
     shots, `dear evaluate --shots K`: every class of the dataset's test split, protocol few_shot_<K>."""
-    from dear.model.trained import read_trained
+    from dear.methods.trained import read_trained
 
     root, params, _ = project
     raw = yaml.safe_load(params.read_text())

@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 from typer.testing import CliRunner
 
 from dear.cli import app
-from dear.params import Params
+from dear.config.params import Params
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "docs" / name for name in ("install.md", "check.md", "compute.md")]
@@ -64,7 +64,7 @@ def test_the_compute_block_in_the_docs_is_params_yaml_s():
 def test_the_check_example_in_the_docs_is_what_dear_check_prints(monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no weights fetched on this machine
-    monkeypatch.setattr("dear.check.available_cpus", lambda: 64)  # a node with the CPUs the paper config asks for
+    monkeypatch.setattr("dear.config.check.available_cpus", lambda: 64)  # a node with the CPUs the paper config asks for
     result = CliRunner().invoke(app, ["check", "--params", "configs/paper-vitb16.yaml"])
     assert result.exit_code == 1
     example = re.search(r"\n```\n(error: .*?)```", (ROOT / "docs/check.md").read_text(), re.DOTALL).group(1)

@@ -12,11 +12,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from dear import io
+from dear.runtime import io
 
 WRITER = r"""
 import sys, numpy as np, pyarrow as pa
-from dear import io
+from dear.runtime import io
 path, kind = sys.argv[1], sys.argv[2]
 schema = pa.schema([("x", pa.float64()), ("i", pa.int64())])
 n = 0
@@ -93,7 +93,7 @@ def test_provenance_records_params_inputs_versions_and_seed(tmp_path):
 def test_provenance_says_which_commit_ran_and_whether_its_code_was_committed():
     import subprocess
 
-    root = Path(io.__file__).resolve().parents[1]
+    root = Path(io.__file__).resolve().parents[2]
     head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
     code = io.code_version()
     if head.returncode != 0:

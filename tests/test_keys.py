@@ -1,4 +1,4 @@
-"""What each job reads (dear.keys), the study's jobs (dear.jobs) and what makes an output out of date (dear.stale)."""
+"""What each job reads (dear.config.keys), the study's jobs (dear.pipeline.jobs) and what makes an output out of date (dear.pipeline.stale)."""
 
 from pathlib import Path
 
@@ -6,11 +6,11 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from dear import jobs as study_jobs
-from dear.io import record_job, write_json, write_parquet, provenance
-from dear.keys import flat, reads
-from dear.params import Params, load_params
-from dear.stale import out_of_date
+from dear.pipeline import jobs as study_jobs
+from dear.runtime.io import record_job, write_json, write_parquet, provenance
+from dear.config.keys import flat, reads
+from dear.config.params import Params, load_params
+from dear.pipeline.stale import out_of_date
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,10 +173,10 @@ def test_an_output_of_another_seed_or_from_changed_inputs_is_out_of_date(params,
 
 
 def test_the_check_stage_writes_each_jobs_values_and_marks_what_is_out_of_date(params, tmp_path, monkeypatch):
-    from dear import engines
+    from dear.pipeline import engines
 
     monkeypatch.chdir(tmp_path)  # the other jobs' outputs (world/, data/...) are not there: not built, not stale
-    from dear.digest import STALE, write_digests
+    from dear.pipeline.digest import STALE, write_digests
 
     job = train_job(params, tmp_path)
     for seed, file in job.records:
@@ -196,7 +196,7 @@ def test_the_check_stage_writes_each_jobs_values_and_marks_what_is_out_of_date(p
 
 def test_the_cost_plan_prices_only_the_jobs_a_study_runs(params):
     """`dear plan` (the cost estimate) counts no transfer job when the protocols are off, and no unread world."""
-    from dear.plan import planned_jobs
+    from dear.pipeline.plan import planned_jobs
 
     assert any(job.startswith("train_transfer/") for job in planned_jobs(params))
     assert not any("_transfer/" in job for job in planned_jobs(changed(params, "study.transfer", None)))

@@ -17,7 +17,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from dear.check import check_file
+from dear.config.check import check_file
 from dear.cli import app
 from dear.methods import names as method_names
 from dear.methods.layers import resolve as resolve_layers

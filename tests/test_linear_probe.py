@@ -20,7 +20,7 @@ from dear.data.manifest import classnames, read_manifest
 from dear.errors import DearError
 from dear.methods import REGISTRY, linear_probe
 from dear.methods.recipe import load
-from dear.model.trained import load_trained, save_trained
+from dear.methods.trained import load_trained, save_trained
 from tests.fake_coop import make_fake_dataset
 from tests.fake_run import invoke, prepared_project
 from tests.floats import assert_same_up_to_rounding

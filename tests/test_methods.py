@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from dear.errors import DearError
 from dear.methods import REGISTRY, names
 from dear.model import internals
-from dear.model.trained import load_trained, save_trained
+from dear.methods.trained import load_trained, save_trained
 from tests import fake_run
 from tests.floats import assert_same_up_to_rounding
 from tests.methods_tools import (CLASSES, CONCEPTS, MIXED_ROLES, TEMPLATE, Backbone, build, layer_roles,
@@ -260,8 +260,8 @@ def test_start_layer_outside_the_tower_is_an_error(clip):
 def test_load_trained_round_trip_and_mismatches(clip, images, tmp_path):
     roles = fake_run.roles(tmp_path / "roles.parquet", "abc", layers=3, heads=4)
     backbone = Backbone(clip)
-    from dear.io import sha256_file
-    from dear.model.trained import read_roles
+    from dear.runtime.io import sha256_file
+    from dear.methods.trained import read_roles
 
     model = build(clip, "dear", read_roles(roles, backbone, "abc"), seed=3)
     with torch.no_grad():

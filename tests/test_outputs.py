@@ -1,6 +1,6 @@
 """Outputs appear whole or not at all, are checked before the work, and nothing silently wrong gets through.
 
-The mechanism (`dear.io.output_folder`, `check_outputs`) on its own, then what
+The mechanism (`dear.runtime.io.output_folder`, `check_outputs`) on its own, then what
 it is for: prepare's folder never mixes runs, a read-only output is found
 before training, the few-shot picks are decoded, fuse never keeps a worse α.
 """
@@ -16,10 +16,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from dear import io
+from dear.runtime import io
 from dear.cli import app
 from dear.errors import DearError
-from dear.io import DIGESTS
+from dear.runtime.io import DIGESTS
 from fake_coop import make_fake_dataset, write_params
 from tests import fake_run
 from tests.bad_inputs import read_only
@@ -125,7 +125,7 @@ def test_prepare_rerun_with_other_seeds_leaves_no_table_of_the_old_seeds(tmp_pat
     make_fake_dataset(tmp_path / "raw", "world_objects", n_classes=4, per_class=3)
     assert prepare(tmp_path, seeds=[1, 7]).exit_code == 0
     assert prepare(tmp_path, seeds=[1, 2]).exit_code == 0
-    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name != DIGESTS) == [  # .digest: dear/digest.py
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name != DIGESTS) == [  # .digest: dear/pipeline/digest.py
         "excluded.parquet", "fewshot-seed1.parquet", "fewshot-seed2.parquet", "manifest.parquet"]
 
 
@@ -163,8 +163,8 @@ def test_a_read_only_output_is_found_before_training(tmp_path, monkeypatch):
 
 
 def test_the_refit_never_lowers_validation_accuracy():
-    from dear import evaluation
-    from dear.params import Compute
+    from dear.scoring import evaluation
+    from dear.config.params import Compute
     from dear.stages.fuse import choose_alpha, fit_alpha
 
     generator = torch.Generator().manual_seed(0)
@@ -199,8 +199,8 @@ def test_checkpoint_rng_states_survive_a_weights_only_load(tmp_path):
 
 
 def test_a_worker_error_stays_one_line(tmp_path):
-    from dear import evaluation
-    from dear.device import Precision
+    from dear.scoring import evaluation
+    from dear.compute.device import Precision
 
     images = evaluation.ImageSet(paths=[str(tmp_path / "bad.png")], labels=[0], classnames=["x"])
     (tmp_path / "bad.png").write_bytes(b"not an image")

@@ -19,11 +19,11 @@ from dear.cli import app
 from dear.data import custom, datasets, fewshot
 from dear.data.manifest import read_manifest
 from dear.errors import DearError
-from dear.keys import reads
+from dear.config.keys import reads
 from dear.methods import REGISTRY
 from dear.methods.recipe import resolve
-from dear.methods.show import example_classes
-from dear.params import load_params
+from dear.config.show import example_classes
+from dear.config.params import load_params
 from fake_coop import write_params
 from tests.own_data import CLASSES, csv_copy, imagefolder
 
@@ -306,7 +306,7 @@ def test_a_key_its_format_ignores_or_a_template_without_a_slot_is_refused(tmp_pa
 
 def test_a_names_or_base_classes_file_is_read_by_its_content(in_tmp):
     """The config names the file; its lines are the values: an edited file makes prepare's values (its values
-    file in both engines, the record dear.stale compares) differ, so prepare and what reads it rerun."""
+    file in both engines, the record dear.pipeline.stale compares) differ, so prepare and what reads it rerun."""
     (in_tmp / "names.txt").write_text("".join(f"{key} {key.replace('_', ' ')}\n" for key in CLASSES))
     keys = sorted(CLASSES)
     (in_tmp / "base.txt").write_text(f"{keys[0]}\n")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from dear.errors import DearError
-from dear.params import json_schema, load_params, read_yaml
+from dear.config.params import json_schema, load_params, read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "params.yaml"
@@ -49,7 +49,7 @@ def test_params_yaml_is_valid():
 
 def test_committed_schema_is_generated_from_the_models():
     committed = yaml.safe_load((ROOT / "workflow/schemas/params.schema.yaml").read_text())
-    assert committed == json_schema(), "run: python -m dear.params > workflow/schemas/params.schema.yaml"
+    assert committed == json_schema(), "run: python -m dear.config.params > workflow/schemas/params.schema.yaml"
 
 
 def test_snakemake_schema_accepts_params_and_rejects_an_unknown_key():

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 
 from dear.methods import create
 from dear.methods.prompts import context
-from dear.params import load_params
-from dear.train import data as train_data
+from dear.compute import transforms
+from dear.config.params import load_params
 from dear.train.data import Schedule
 from dear.train.trainer import EpochCosine
 from tests import fake_run
@@ -236,7 +236,7 @@ def test_test_transform_is_short_side_then_centre_crop():
 
     image = Image.new("RGB", (300, 200))
     image.paste((255, 0, 0), (0, 0, 30, 200))  # a red band at the left edge: cut by the centre crop
-    pixels = train_data.test_transform("bicubic", 224, (0, 0, 0), (1, 1, 1))(image)
+    pixels = transforms.test_transform("bicubic", 224, (0, 0, 0), (1, 1, 1))(image)
     assert pixels.shape == (3, 224, 224)  # 200 -> 224 on the short side (336 wide), then 224 from the middle
     assert float(pixels[0, :, :10].max()) == 0.0
 

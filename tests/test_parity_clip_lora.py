@@ -19,7 +19,7 @@ from torch import nn
 
 from dear.methods import clip_lora as ours_module
 from dear.methods import create
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.train.data import Schedule, Shots
 from dear.train.trainer import StepCosine, schedule_of
 from tests import fake_run
@@ -221,7 +221,7 @@ def test_dear_train_runs_n_iters_times_shots_steps_and_the_model_evaluates(tmp_p
     import pyarrow.parquet as pq
 
     from dear.model.clip import load_backbone
-    from dear.model.trained import load_trained
+    from dear.methods.trained import load_trained
     from dear.stages import train as stage
 
     fake_run.backbone(tmp_path / "backbone")

@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dear.methods import create
-from dear.methods.show import prompts_of
-from dear.params import load_params
+from dear.config.show import prompts_of
+from dear.config.params import load_params
 from tests import fake_run
 from tests.floats import GRADIENT_ULPS, assert_same_up_to_rounding
 from tests.methods_tools import Backbone, norm, recipe, tokenize
@@ -166,7 +166,8 @@ def test_cocoop_runs_prompts_of_similar_length_together_as_one_pass_would(clip):
 def test_cocoop_in_fp16_is_their_half_meta_net_and_context():
     """PREC fp16: CLIP as OpenAI's convert_weights, `meta_net.half()`, the context in half (their CLIP's dtype); the
     fp32 image feature is read in the meta-net's dtype. Run on the CPU with the CUDA path forced, fp16 tolerance."""
-    from dear.device import Precision
+    from dear.compute.device import Precision
+    from dear.methods.base import in_precision
 
     model = create("cocoop", Backbone(tiny_clip(seed=3)), recipe("cocoop", demo=False))  # prepare converts its CLIP
     images, labels = torch.randn(2, 3, 32, 32), torch.tensor([0, 2])
@@ -174,7 +175,7 @@ def test_cocoop_in_fp16_is_their_half_meta_net_and_context():
         reference = model.logits(model.encode(model.image_prefix(images)), BASE)
     precision = Precision("fp16", torch.device("cpu"))
     precision.active = True  # as on CUDA
-    precision.prepare(model)
+    in_precision(model, precision)
     assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float16}
     with torch.no_grad():
         half = model.logits(model.encode(model.image_prefix(images)).float(), BASE)
@@ -308,7 +309,7 @@ def test_they_train_through_dear_train_and_load(tmp_path, method, terms):
     import pyarrow.parquet as pq
 
     from dear.model.clip import load_backbone
-    from dear.model.trained import load_trained
+    from dear.methods.trained import load_trained
     from dear.stages import train as stage
 
     fake_run.backbone(tmp_path / "backbone")

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from dear.cli import app
 from dear.errors import DearError
 from dear.methods.recipe import problems, resolve
-from dear.params import load_params
+from dear.config.params import load_params
 from tests.fake_run import ROOT
 from tests.test_parity import MMRL_REG, TEMPLATES, dassl_lr, our_epoch_lrs
 

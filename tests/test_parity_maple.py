@@ -14,12 +14,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dear.device import Precision
+from dear.compute.device import Precision
+from dear.methods.base import in_precision
 from dear.errors import DearError
 from dear.methods import create
 from dear.methods.prompts import context
-from dear.methods.show import prompts_of
-from dear.params import load_params
+from dear.config.show import prompts_of
+from dear.config.params import load_params
 from tests import fake_run
 from tests.floats import GRADIENT_ULPS, assert_same_up_to_rounding
 from tests.methods_tools import Backbone, norm, recipe, tokenize
@@ -178,7 +179,7 @@ def test_fp16_keeps_the_deep_prompts_and_their_couplings_in_fp32(batch):
     ours = maple(tiny_clip(seed=3, layers=IMAGE_LAYERS, text_layers=TEXT_LAYERS, text_width=TEXT_WIDTH), 3)
     precision = Precision("fp16", torch.device("cpu"))
     precision.active = True  # as on CUDA; CPU half arithmetic is enough to check the dtypes
-    precision.prepare(ours)
+    in_precision(ours, precision)
     dtypes = {name: p.dtype for name, p in ours.named_parameters() if p.requires_grad}
     assert {name for name, dtype in dtypes.items() if dtype == torch.float16} == \
         {"context", "coupling.weight", "coupling.bias"}
@@ -196,7 +197,7 @@ def test_fp16_on_cuda_matches_maples_fp16_code(batch):
 
     device = torch.device("cuda")
     clip = tiny_clip(seed=3, layers=IMAGE_LAYERS, text_layers=TEXT_LAYERS, text_width=TEXT_WIDTH)
-    ours = Precision("fp16", device).prepare(maple(clip, 3).to(device))
+    ours = in_precision(maple(clip, 3).to(device), Precision("fp16", device))
     theirs = [_leaf(ours.context), _linear_copy(ours.coupling).to(device).half(),  # ctx fp16, `self.proj.half()`
               [_leaf(p) for p in ours.deep_text], [_linear_copy(layer).to(device) for layer in ours.deep_coupling]]
     images, labels = (t.to(device) for t in batch)

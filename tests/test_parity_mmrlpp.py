@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import yaml
 
 from dear.methods import create
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.stages import evaluate as evaluate_stage
 from tests import fake_run
 from tests.methods_tools import Backbone, norm, recipe, tokenize

@@ -19,11 +19,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dear.device import Precision
+from dear.compute.device import Precision
+from dear.methods.base import in_precision
 from dear.errors import DearError
 from dear.methods import create
-from dear.params import load_params
-from dear.train.averaging import gaussian_weights
+from dear.config.params import load_params
+from dear.methods.averaging import gaussian_weights
 from tests import fake_run
 from tests.floats import assert_same_up_to_rounding
 from tests.methods_tools import Backbone, norm, recipe, tokenize
@@ -286,7 +287,7 @@ def test_fp16_keeps_the_prompts_in_fp32_and_the_context_in_half():
     model = create("promptsrc", Backbone(clip), recipe("promptsrc", demo=False, **TINY))
     precision = Precision("fp16", torch.device("cpu"))
     precision.active = True
-    precision.prepare(model)
+    in_precision(model, precision)
     assert model.context.dtype == torch.float16
     assert model.vision_prompts.dtype == torch.float32 and model.text_prompts.dtype == torch.float32
     images, labels = torch.randn(2, 3, 32, 32), torch.tensor([0, 2])
@@ -338,7 +339,7 @@ def reference(world, tmp_path_factory):
 
 def test_a_run_logs_each_term_and_ends_with_the_gaussian_aggregate(reference):
     import pyarrow.parquet as pq
-    from dear.model.trained import read_trained
+    from dear.methods.trained import read_trained
 
     out, snapshots = reference
     log = pq.read_table(out / "train_log.parquet").to_pylist()
@@ -390,7 +391,7 @@ def test_promptsrc_trains_in_fp16_on_cuda(tmp_path):
               stage.Outputs(tmp_path / "run", None))
     losses = pq.read_table(tmp_path / "run" / "train_log.parquet")["loss"].to_pylist()
     assert losses and all(math.isfinite(loss) for loss in losses)
-    from dear.model.trained import read_trained
+    from dear.methods.trained import read_trained
 
     state = read_trained(tmp_path / "run" / "model.pt")["state"]
     assert state["context"].dtype == torch.float16 and state["vision_prompts"].dtype == torch.float32

@@ -26,7 +26,7 @@ import yaml
 from dear.errors import DearError
 from dear.methods import create, prompts
 from dear.methods.tac import kmeans_cosine
-from dear.params import load_params
+from dear.config.params import load_params
 from tests import fake_run
 from tests.methods_tools import Backbone, norm, recipe, tokenize
 from tests.test_parity import dassl_lr, our_epoch_lrs
@@ -388,7 +388,7 @@ def test_the_recipe_file_names_their_commit_in_every_authors_source():
 
 def test_dear_train_clusters_the_base_classes_and_evaluate_scores_novel_ones_with_them(tmp_path):
     from tests.fake_run import invoke, prepared_project
-    from dear.model.trained import read_trained
+    from dear.methods.trained import read_trained
 
     root = tmp_path
     params = prepared_project(root, {"tac": {"vision_depth": 2, "text_depth": 2}})
@@ -412,14 +412,15 @@ def test_dear_train_clusters_the_base_classes_and_evaluate_scores_novel_ones_wit
 def test_fp16_keeps_the_prompts_in_fp32_and_the_context_and_cluster_projections_in_half(batch):
     """Theirs under PREC fp16: ctx from the fp16 token embedding and VPT_topk_t/v (`.half()`) are half, the
     VPT and VPT_shallow prompts fp32 cast to half where they enter. Run on the CPU with the CUDA path forced."""
-    from dear.device import Precision
+    from dear.compute.device import Precision
+    from dear.methods.base import in_precision
 
     images, labels = batch
     clip = tiny_clip(seed=3, text_width=32)
     model = create("tac", Backbone(clip), recipe("tac", demo=False, **TINY))
     precision = Precision("fp16", torch.device("cpu"))
     precision.active = True
-    precision.prepare(model)
+    in_precision(model, precision)
     halves = [model.context, *model.cluster_text.parameters(), *model.cluster_image.parameters()]
     assert all(p.dtype == torch.float16 for p in halves)
     assert model.vision_prompts.dtype == torch.float32 and model.text_prompts.dtype == torch.float32

@@ -17,10 +17,10 @@ import torch.nn.functional as F
 
 from dear.methods import create
 from dear.methods import tip_adapter_f as tip
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.train.data import Shots
 from dear.train.trainer import StepCosine, make_loop, schedule_of
-from dear import device as devices
+from dear.compute import device as devices
 from tests import fake_run
 from tests.methods_tools import Backbone, recipe, tokenize
 from tests.tiny_clip import tiny_clip
@@ -250,7 +250,7 @@ def test_dear_train_builds_the_cache_trains_the_keys_per_step_and_searches_after
     import pyarrow.parquet as pq
 
     from dear.model.clip import load_backbone
-    from dear.model.trained import load_trained
+    from dear.methods.trained import load_trained
 
     out = train_tip(world, tmp_path / "run", tmp_path / "run.ckpt")
     log = pq.read_table(out / "train_log.parquet").to_pylist()

@@ -384,9 +384,9 @@ WATCHED = {"world": "world", "backbone": "backbone", "prepare": "prepare@world_o
 
 def test_every_module_a_stage_runs_is_in_its_code(snakemake_project, tmp_path):
     """Each stage run for real, profiled from its import to the end of its `run`: every package file whose code
-    ran is in the job's code (dear.jobs.code), but the params schema, whose values each output records."""
-    from dear import codegraph, jobs
-    from dear.params import load_params
+    ran is in the job's code (dear.pipeline.jobs.code), but the params schema, whose values each output records."""
+    from dear.pipeline import codegraph, jobs
+    from dear.config.params import load_params
 
     tree = tmp_path / "tree"
     shutil.copytree(snakemake_project, tree, symlinks=True)
@@ -401,7 +401,7 @@ def test_every_module_a_stage_runs_is_in_its_code(snakemake_project, tmp_path):
         shell = re.search(r"Shell command: (dear \w+ .*)", block)
         if name in WATCHED.values() and shell:
             commands[name] = shell.group(1).split()
-    values = {f"{module.replace('.', '/')}.py" for module in codegraph.VALUES}  # dear/params.py
+    values = {f"{module.replace('.', '/')}.py" for module in codegraph.VALUES}  # dear/config/params.py
     for stage, name in WATCHED.items():
         record = tmp_path / f"{stage}.json"
         words = [match for word in commands[name][1:]  # the shell's globs (the report's), a literal where none match
@@ -410,7 +410,7 @@ def test_every_module_a_stage_runs_is_in_its_code(snakemake_project, tmp_path):
         ran = set(json.loads(record.read_text()))
         assert f"dear/stages/{stage}.py" in ran, (stage, sorted(ran))
         missing = ran - set(jobs.job_code(study[name]).files) - values
-        assert not missing, f"{name} ran {sorted(missing)}, which its code (dear.jobs.code) does not list"
+        assert not missing, f"{name} ran {sorted(missing)}, which its code (dear.pipeline.jobs.code) does not list"
 
 
 # --- experiments that compare -------------------------------------------------------------------------
@@ -449,7 +449,7 @@ def test_dvc_experiments_show_and_compare_metrics_and_plots_of_main_and_each_exp
 
 
 def _digests_a_wall_clock(path: Path) -> bool:
-    """A digest (dear/digest.py) of a folder that holds a file with a wall-clock column: it differs between any two
+    """A digest (dear/pipeline/digest.py) of a folder that holds a file with a wall-clock column: it differs between any two
     runs (tests/wall_clock.py)."""
     return path.parent.name == ".digest" and any(next(path.parent.parent.rglob(name), None) for name in WALL_CLOCK)
 
@@ -470,7 +470,7 @@ def test_a_job_through_the_warm_server_writes_the_bytes_it_writes_without_it(sna
                 compared += 1
     assert compared >= 10
     # the served jobs recorded their own processes beside Snakemake's benchmark of their client
-    from dear.runrecord import read_benchmarks
+    from dear.pipeline.runrecord import read_benchmarks
 
     served = read_benchmarks(snakemake_project / "logs").set_index("job").loc["train/dear/world_objects"]
     assert (snakemake_project / "logs/train/dear/world_objects.served.tsv").is_file()

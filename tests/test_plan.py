@@ -1,4 +1,4 @@
-"""dear.plan: the work a config's jobs do, the fit of a stage's time to it, and the plan of the paper config."""
+"""dear.pipeline.plan: the work a config's jobs do, the fit of a stage's time to it, and the plan of the paper config."""
 
 import math
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import yaml
 
-from dear.params import load_params
-from dear.plan import fit, image_gflops, planned_jobs, prompt_gflops, size, work
+from dear.config.params import load_params
+from dear.pipeline.plan import fit, image_gflops, planned_jobs, prompt_gflops, size, work
 from tests import tiny_study
 
 ROOT = tiny_study.ROOT
@@ -75,7 +75,7 @@ def test_a_stage_whose_times_do_not_grow_with_work_is_priced_at_the_devices_rate
     """The work is GFLOPs of one model on one device: the rate is fitted over every stage's jobs (an overhead each)."""
     import pandas as pd
 
-    from dear.plan import pooled_rate
+    from dear.pipeline.plan import pooled_rate
 
     grows = np.array([0.0, 10.0, 20.0, 40.0])
     jobs = pd.DataFrame({"rule": ["evaluate"] * 4 + ["train"] * 2, "work": [*grows, 4.0, 4.0],
@@ -87,7 +87,7 @@ def test_a_stage_whose_times_do_not_grow_with_work_is_priced_at_the_devices_rate
 def test_a_rate_that_explains_almost_none_of_the_time_counts_as_no_rate():
     import pandas as pd
 
-    from dear.plan import shows_no_work
+    from dear.pipeline.plan import shows_no_work
 
     seen = pd.DataFrame({"work": [0.0, 1.3], "seconds": [5.4, 5.38]})
     assert shows_no_work(3.5e-15, seen)  # CI: a training stage priced at 3.5e-15 s per unit of work
@@ -97,7 +97,7 @@ def test_a_rate_that_explains_almost_none_of_the_time_counts_as_no_rate():
 def test_the_few_shot_config_is_priced_from_a_record_without_few_shot_jobs(tmp_path):
     """configs/fewshot-vitb16.yaml: one job per method x dataset x K; a record of a base-to-novel run prices its
     few-shot stages at the record's train, fuse and evaluate rates (the same units of work)."""
-    from dear.plan import plan
+    from dear.pipeline.plan import plan
 
     fewshot = load_params(ROOT / "configs/fewshot-vitb16.yaml")
     jobs = planned_jobs(fewshot)

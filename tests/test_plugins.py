@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dear import codegraph, jobs
+from dear.pipeline import codegraph, jobs
 from dear.errors import DearError
 from dear.methods import RESERVED, available, entry, model_class, names
-from dear.params import load_params
+from dear.config.params import load_params
 from tests import fake_run
 from tests.plugins import installed_plugin, write_plugin
 

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from dear.device import Precision
+from dear.compute.device import Precision
+from dear.methods.base import in_precision
 from tests.methods_tools import CLASSES, build
 from tests.tiny_clip import tiny_clip
 
@@ -27,7 +28,7 @@ def test_fp16_is_clip_and_the_learnable_tensors_in_half_with_norms_in_fp32():
         reference = model.logits(model.encode(model.image_prefix(images)), CLASSES)
     precision = Precision("fp16", torch.device("cpu"))
     precision.active = True  # as on CUDA
-    precision.prepare(model)
+    in_precision(model, precision)
     assert model.context.dtype == torch.float16 and clip.visual.conv1.weight.dtype == torch.float16
     assert clip.visual.ln_pre.weight.dtype == torch.float32 and type(clip.visual.ln_pre).__name__ == "LayerNormFp32"
     assert clip.token_embedding.weight.dtype == torch.float32  # embeddings stay fp32, as OpenAI's
@@ -43,7 +44,7 @@ def test_fp16_is_clip_and_the_learnable_tensors_in_half_with_norms_in_fp32():
 @pytest.mark.parametrize("method,precision", [("coop", "fp16"), ("mmrl", "amp"), ("dear_nomask", "bf16")])
 def test_the_authors_precisions_train_on_cuda(method, precision, tmp_path):
     from tests import fake_run
-    from dear.params import load_params
+    from dear.config.params import load_params
     from dear.stages import train
 
     sha = fake_run.backbone(tmp_path / "backbone")

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dear.data.manifest import read_manifest
-from dear.io import read_provenance, sha256_file
+from dear.runtime.io import read_provenance, sha256_file
 from tests import fake_run
 from tests.fake_run import invoke, prepared_project
 from tests.test_api import python_blocks

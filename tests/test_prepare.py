@@ -20,7 +20,7 @@ from dear.cli import app
 from dear.data import coop, verify
 from dear.data.manifest import classnames, read_fewshot, read_manifest, select
 from dear.errors import DearError
-from dear.io import read_parquet
+from dear.runtime.io import read_parquet
 from fake_coop import IMAGENET_SETS, JSON_LAYOUT, NAMES, WORLD, make_fake_dataset, wnid, write_params
 
 N_CLASSES, PER_CLASS = 5, 3

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import dear.model.clip  # noqa: F401  (registers the embedded architectures)
 from dear.cli import app
 from dear.data.manifest import MANIFEST_SCHEMA
-from dear.io import read_parquet, read_provenance, write_parquet
+from dear.runtime.io import read_parquet, read_provenance, write_parquet
 from dear.stages.profile import HEAD_CONCEPTS_SCHEMA, HEAD_TEXTS_SCHEMA, ROLES_SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,7 +123,7 @@ MANY = max(2, min(8, len(os.sched_getaffinity(0))))  # 2 here; more where there 
 
 def test_the_same_roles_on_one_and_on_two_threads(world, monkeypatch):
     """`dear --threads N profile`: the thread count a job is given (1, and 2 or more) does not change its roles."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # dear.cpus sets it for the job: restored after the test
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # dear.compute.cpus sets it for the job: restored after the test
     try:
         for threads in (1, MANY):
             result = CliRunner().invoke(app, ["--threads", str(threads), "profile", "--params", str(world / "params.yaml"),

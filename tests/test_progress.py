@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from dear import progress, status
+from dear.runtime import progress, status
 
 
 class _Terminal(io.StringIO):

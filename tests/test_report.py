@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from dear.cli import app
 from dear.report import reference
-from dear.results import EVAL_SCHEMA, write_eval
+from dear.scoring.results import EVAL_SCHEMA, write_eval
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (1, 2, 3)

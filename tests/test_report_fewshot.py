@@ -16,7 +16,7 @@ from matplotlib.collections import PolyCollection
 
 from dear.errors import DearError
 from dear.report import plots
-from dear.results import check_eval, eval_frame, few_shot_protocol, shots_of, write_eval
+from dear.scoring.results import check_eval, eval_frame, few_shot_protocol, shots_of, write_eval
 from tests.test_report import invoke, split_rows, table_after, write_params
 
 SHOTS = (1, 4, 16)

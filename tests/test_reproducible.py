@@ -24,7 +24,7 @@ import pytest
 import torch
 import yaml
 
-from dear import reproducible
+from dear.compute import reproducible
 from tests import tiny_study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,7 +177,7 @@ def _record(flags: list[str], aten: str, on: bool, caps: dict | None = None) -> 
 
 
 def test_compare_names_cpus_of_other_instruction_sets_before_the_numbers():
-    from dear.compare import machines
+    from dear.pipeline.compare import machines
 
     amx, avx2 = ["avx2", "fma", "avx512f", "amx_bf16"], ["avx2", "fma"]
     capped = machines(_record(amx, "AVX2", True), _record(avx2, "AVX2", True))
@@ -203,7 +203,7 @@ def _on_amd(record: dict, mkl_branch: str | None = None) -> dict:
 
 
 def test_compare_names_cpu_makers_as_a_cause_only_where_mkl_could_take_another_code_on_each():
-    from dear.compare import machines
+    from dear.pipeline.compare import machines
 
     amx, avx2 = ["avx2", "fma", "avx512f", "amx_bf16"], ["avx2", "fma"]
     intel, amd = _record(amx, "AVX2", True), _on_amd(_record(avx2, "AVX2", True))  # the setting's caps: COMPATIBLE
@@ -226,7 +226,7 @@ def test_compare_names_cpu_makers_as_a_cause_only_where_mkl_could_take_another_c
 
 
 def test_compare_tells_a_snapshot_that_predates_the_record_from_a_folder_without_a_run(tmp_path):
-    from dear.compare import _report_folder
+    from dear.pipeline.compare import _report_folder
     from dear.errors import DearError
 
     (tmp_path / "run.json").write_text("{}")

@@ -1,4 +1,4 @@
-"""dear.results: the eval table contract, accuracy from counts, HM, run metrics."""
+"""dear.scoring.results: the eval table contract, accuracy from counts, HM, run metrics."""
 
 import math
 
@@ -7,8 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from dear.errors import DearError
-from dear.io import read_provenance
-from dear.results import (EVAL_SCHEMA, harmonic_mean, read_eval, read_evals, run_metrics, seed_accuracy,
+from dear.runtime.io import read_provenance
+from dear.scoring.results import (EVAL_SCHEMA, harmonic_mean, read_eval, read_evals, run_metrics, seed_accuracy,
                           split_accuracy, write_eval)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dear.model.trained import read_trained
+from dear.methods.trained import read_trained
 from tests import tiny_study
 from tests.engines import BIN, make_project, run
 from tests.fake_run import tiny_depths

@@ -244,8 +244,8 @@ def test_a_variant_s_recipe_records_the_study_s_roles_and_dear_recipe_shows_ever
     import yaml
 
     from dear.methods.recipe import problems
-    from dear.methods.show import as_text
-    from dear.params import load_params
+    from dear.config.show import as_text
+    from dear.config.params import load_params
     from tests.methods_tools import demo_recipes
 
     raw = yaml.safe_load(open("configs/demo-roles.yaml"))
@@ -273,7 +273,7 @@ def test_a_variant_s_recipe_records_the_study_s_roles_and_dear_recipe_shows_ever
 @pytest.mark.parametrize("name", VARIANTS)
 def test_a_variant_job_s_code_is_its_plain_method_s_its_module_and_the_roles_nothing_else(name):
     """An edit of another method's module replans no variant job; an edit of the roles' code no plain method's."""
-    from dear import jobs
+    from dear.pipeline import jobs
 
     plain = entry(name).plain
     files, plain_files = set(jobs.code("train", name).files), set(jobs.code("train", plain).files)

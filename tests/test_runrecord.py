@@ -1,4 +1,4 @@
-"""dear.runrecord: benchmark files as the engines write them, model metadata, the record of a run."""
+"""dear.pipeline.runrecord: benchmark files as the engines write them, model metadata, the record of a run."""
 
 import io as bytes_io
 import json
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dear.errors import DearError
-from dear.runrecord import _recipes, benchmark_path, benchmarked, read_benchmarks, read_model
+from dear.pipeline.runrecord import _recipes, benchmark_path, benchmarked, read_benchmarks, read_model
 
 SNAKEMAKE_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time"
 

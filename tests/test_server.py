@@ -1,7 +1,7 @@
 """The warm server (dear/server/): a command through it behaves as one without it.
 
 The machinery is tested with a stand-in `dear.cli` (a package folder that
-holds the real `dear/server/`, `dear/reproducible.py` and `dear/model/__init__.py`, and a `cli.py` of
+holds the real `dear/server/`, `dear/compute/reproducible.py` and `dear/model/__init__.py`, and a `cli.py` of
 the test's own): it echoes what it was given, waits for a signal, exits with
 a chosen code, dies of a chosen signal. Its `dear` script is the real console
 script's two lines. One server serves the module's tests; the real pipeline
@@ -54,13 +54,13 @@ def main():
               signal.getsignal(signal.SIGINT) is signal.default_int_handler)
         return
     if what == "kernels":  # as a stage starts: the caps of compute.reproducible, then its first tensor
-        from dear import reproducible
+        from dear.compute import reproducible
         reproducible.apply(True)
         import torch
         print(torch.backends.cpu.get_cpu_capability(), torch.ones(3).sum().item())
         return
-    if what == "imports":  # what a stage asks before recording torch's state (dear.reproducible.in_force)
-        from dear.server.imports import loaded
+    if what == "imports":  # what a stage asks before recording torch's state (dear.compute.reproducible.in_force)
+        from dear.compute.imports import loaded
         before = loaded("torch") is not None
         import torchvision
         print(before, loaded("torch") is not None, loaded("pandas") is not None)
@@ -77,7 +77,9 @@ def stand_in(tmp_path_factory):
     base = tmp_path_factory.mktemp("server")
     package = base / "site" / "dear"
     shutil.copytree(ROOT / "dear" / "server", package / "server", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "dear" / "reproducible.py", package / "reproducible.py")
+    (package / "compute").mkdir()
+    for name in ("__init__.py", "reproducible.py", "imports.py"):
+        shutil.copy(ROOT / "dear" / "compute" / name, package / "compute" / name)
     (package / "model").mkdir()
     shutil.copy(ROOT / "dear" / "model" / "__init__.py", package / "model" / "__init__.py")
     (package / "__init__.py").write_text("")
@@ -93,7 +95,7 @@ def stand_in(tmp_path_factory):
 
 
 def _stop_servers(folder: Path) -> None:
-    from dear.server.client import control
+    from dear.server.wire import control
 
     if folder.is_dir():
         control("stop", {"DEAR_SERVER_DIR": str(folder)})
@@ -139,14 +141,14 @@ def test_a_served_command_runs_the_kernels_a_plain_one_runs(stand_in, tmp_path):
 
 def test_a_served_command_sees_torch_loaded_only_once_it_imported_it(stand_in):
     """`dear world` and `dear prepare` never import torch, so their provenance records no torch state; served, torch
-    is loaded all along, and the command's own imports decide (dear/server/imports.py)."""
+    is loaded all along, and the command's own imports decide (dear/compute/imports.py)."""
     served, plain = _run(stand_in, "imports"), _run(stand_in, "imports", env={"DEAR_SERVER": "off"})
     assert (served.stdout, plain.stdout) == ("False True False\n",) * 2, (served.stderr, plain.stderr)
 
 
 @pytest.mark.parametrize("library", ["torchvision", "open_clip", "timm"])
 def test_what_a_loaded_library_brings_is_what_it_brings_in_a_process_of_its_own(library):
-    from dear.server.imports import _BRINGS
+    from dear.compute.imports import _BRINGS
 
     code = f"import sys, {library}; print(sorted(n for n in {list(_BRINGS[library])!r} if n in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
@@ -289,7 +291,7 @@ def test_a_server_serves_only_its_import_time_setting():
 
 
 def test_a_stage_whose_params_ask_for_reproducible_floats_gets_a_server_with_the_caps(tmp_path):
-    from dear import reproducible
+    from dear.compute import reproducible
     from dear.server import wire
 
     params = tmp_path / "p.yaml"

@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from dear.check import check_file
+from dear.config.check import check_file
 from dear.docs.smoke import PATH, smoke_text
-from dear.io import write_parquet
-from dear.params import load_params
+from dear.runtime.io import write_parquet
+from dear.config.params import load_params
 from dear.stages.report import notes
 from tests.engines import BIN, ROOT, engine_env, make_project
 

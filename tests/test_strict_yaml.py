@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from dear.errors import DearError, Problems
-from dear.strict_yaml import parse
+from dear.config.strict_yaml import parse
 
 # plain values the YAML versions may read differently (and some they read alike)
 CANDIDATES = ["yes", "No", "ON", "off", "y", "n", "true", "False", "1e-3", "1E5", "1.0e3", "1.0e-3", "1.5e+2", "010",

@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 
-from dear import cpus
-from dear.params import Params
+from dear.compute import cpus
+from dear.config.params import Params
 from tests import tiny_study
 from tests.engines import BIN, ROOT, make_project, run
 
@@ -81,7 +81,7 @@ def test_the_backbone_keeps_its_thread_count_and_says_so_when_given_fewer(monkey
     found = cpus.budget(params(backbone__threads=2), "backbone")
     assert (found.cpus, found.threads) == (1, 2)
     try:
-        with caplog.at_level("WARNING", logger="dear.cpus"):
+        with caplog.at_level("WARNING", logger="dear.compute.cpus"):
             cpus.apply(found, "backbone")
         assert "backbone.threads is 2 but this job was given 1 CPU(s)" in caplog.text
         assert cpus.processes(4) == 0 and os.environ["OMP_NUM_THREADS"] == "2"
@@ -134,7 +134,7 @@ def test_fewer_worker_processes_than_the_config_asks_for_is_a_warning(monkeypatc
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     found = cpus.budget(params(compute__workers=8), "evaluate")
     try:
-        with caplog.at_level("WARNING", logger="dear.cpus"):
+        with caplog.at_level("WARNING", logger="dear.compute.cpus"):
             cpus.apply(found, "evaluate")
         assert "evaluate: 1 worker process(es) instead of the config's 8: this job has 2 CPU(s) (from OMP_NUM_THREADS)" \
             in caplog.text

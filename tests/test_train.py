@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from dear.cli import app
 from dear.errors import DearError
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.stages import train as stage
 from dear.train import checkpoint as ckpt_module
 from dear.train import trainer
@@ -61,7 +61,7 @@ def reference(world, tmp_path_factory):
                                                    ("dear_nomask", 6, N_STEPS)])
 def test_every_method_trains_and_loads(world, tmp_path, method, streams, steps):
     from dear.model.clip import load_backbone
-    from dear.model.trained import load_trained
+    from dear.methods.trained import load_trained
 
     params = tmp_path / "params.yaml"  # TAC's prompt depths as the tiny backbone holds them (configs/smoke.yaml's)
     raw = yaml.safe_load(world.params.read_text())
@@ -87,7 +87,7 @@ def test_dear_log_and_model(world, reference):
     assert all(row["loss"] == pytest.approx(0.7 * row["loss_cls"] + 0.3 * row["loss_attr"] + row["loss_img"]
                                             + row["loss_txt"]) for row in log)
     assert all(0.0 <= row["accuracy"] <= 100.0 for row in log)
-    from dear.model.trained import read_trained
+    from dear.methods.trained import read_trained
 
     payload = read_trained(reference / "model.pt")
     assert payload["backbone_sha256"] == world.sha and payload["method"] == "dear"
@@ -119,7 +119,7 @@ def test_warmup_then_a_cosine_stepped_per_epoch():
 
 def test_tokens_fade_in_over_the_first_epoch_and_an_untrained_model_is_zero_shot(world, reference, tmp_path):
     from dear.model.clip import load_backbone
-    from dear.model.trained import load_trained, read_trained
+    from dear.methods.trained import load_trained, read_trained
 
     assert [trainer.fade_at(step, 4) for step in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
     assert trainer.fade_at(0, 0) == 1.0  # fade_in_epochs 0: MMRL's full weight from the first step
@@ -176,7 +176,7 @@ def test_nan_loss_stops_with_the_step_keeps_the_checkpoint_and_resume_is_exact(w
 
 
 def test_loader_workers_do_not_change_the_result(world, reference, tmp_path):
-    from dear.model.trained import read_trained
+    from dear.methods.trained import read_trained
 
     params = fake_run.params_file(tmp_path / "params.yaml", compute={"workers": 2})
     state = read_trained(train(world, tmp_path / "run", params=params) / "model.pt")["state"]
@@ -286,7 +286,7 @@ def test_dear_without_roles_unknown_method_and_classes_are_refused(world, tmp_pa
 def test_classes_all_trains_on_every_class(world, tmp_path):
     result = invoke(world, tmp_path, "--classes", "all", method="coop")
     assert result.exit_code == 0, result.output
-    from dear.model.trained import read_trained
+    from dear.methods.trained import read_trained
 
     payload = read_trained(tmp_path / "out" / "model.pt")
     assert payload["classnames"] == fake_run.CLASSNAMES and payload["classes"] == "all"
@@ -398,7 +398,7 @@ def test_cpu_seeded_draws_what_manual_seed_draws_and_restores_the_state():
 def test_k_views_of_each_image_and_the_unaugmented_image(world):
     """Dassl's K_TRANSFORMS and RETURN_IMG0 (TAC's loader): view 0 is the one-view item, the others drawn apart;
     img0 is the image resized to S x S; the step's rows are view-major and the frozen feature is img0's, repeated."""
-    from dear import device as devices
+    from dear.compute import device as devices
     from dear.train.data import Views, unaugmented_transform
 
     shots = training_shots(world.fewshot)

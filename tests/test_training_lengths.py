@@ -17,8 +17,8 @@ from dear.cli import app
 from dear.data.coop import SPECS
 from dear.methods import REGISTRY
 from dear.methods.recipe import FEWEST_STEPS, NOT_SET, lengthened, load, resolve, steps_per_epoch
-from dear.params import load_params
-from dear.runrecord import read_model
+from dear.config.params import load_params
+from dear.pipeline.runrecord import read_model
 from dear.stages.report import short_runs
 from dear.stages.train import short_run
 from dear.train.data import Schedule

@@ -23,8 +23,8 @@ import yaml
 from typer.testing import CliRunner
 
 from dear.cli import app
-from dear.io import DIGESTS, read_parquet, read_provenance, sha256_file
-from dear.results import OUTPUT
+from dear.runtime.io import DIGESTS, read_parquet, read_provenance, sha256_file
+from dear.scoring.results import OUTPUT
 from dear.stages.profile import ROLES_SCHEMA
 from tests.fake_coop import make_fake_dataset, write_params
 from tests.fake_run import small_recipes
@@ -100,7 +100,7 @@ def test_the_weights_file_is_used_in_place_and_its_hash_follows_every_output(stu
     assert card["sha256"] == sha and sorted(p.name for p in (study["root"] / "backbone").iterdir() if p.name != DIGESTS) == ["card.json"]
     assert 149_000_000 < card["parameters"] < 150_000_000
     assert read_parquet(study["roles"] / "roles.parquet", ROLES_SCHEMA)["model_sha256"].unique().to_pylist() == [sha]
-    from dear.model.trained import read_trained
+    from dear.methods.trained import read_trained
 
     assert read_trained(study["run"] / "train/seed1/model.pt")["backbone_sha256"] == sha
 
@@ -114,8 +114,8 @@ def test_roles_cover_the_48_heads_of_layers_9_to_12(study):
 
 def test_every_output_loads_with_the_adapted_models_shapes(study):
     from dear.model.clip import load_backbone
-    from dear.model.trained import load_trained
-    from dear.params import load_params
+    from dear.methods.trained import load_trained
+    from dear.config.params import load_params
 
     backbone = load_backbone(study["root"] / "backbone")
     adapted = load_trained(study["run"] / "train/seed1/model.pt", backbone, study["roles"] / "roles.parquet",

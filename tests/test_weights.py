@@ -11,7 +11,7 @@ import yaml
 from open_clip import pretrained as oc_pretrained
 from typer.testing import CliRunner
 
-from dear.check import check_file
+from dear.config.check import check_file
 from dear.cli import app
 from dear.model import weights
 from dear.model.weights_record import lookup

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from dear.cli import app
 from dear.data import world as world_data
 from dear.data.world_scene import COLORS
-from dear.params import load_params
+from dear.config.params import load_params
 from dear.stages import world as world_stage
 
 ROOT = Path(__file__).resolve().parent.parent

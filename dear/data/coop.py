@@ -26,7 +26,7 @@ from pathlib import Path
 
 from dear.data.declaration import Declaration
 from dear.errors import DearError
-from dear.paramsfile import in_use
+from dear.runtime.paramsfile import in_use
 
 DATASETS_MD = "https://github.com/KaiyangZhou/CoOp/blob/main/DATASETS.md"
 

@@ -1,7 +1,7 @@
 """Datasets of one's own (`data.custom`): a declaration of one of the formats, read as the built-in ones are.
 
 `declaration(name, entry)` turns the `data.custom.<name>` entry (any object
-with its keys as attributes: `dear.params.CustomDataset`) into the
+with its keys as attributes: `dear.config.params.CustomDataset`) into the
 `Declaration` every dataset becomes; `dear.data.datasets.read` lists it with
 the readers and checks the built-in datasets use (`dear.data.listing`). What
 is particular to one's own is a fact of the declaration: its rows are sorted
@@ -10,7 +10,7 @@ read "_" as a space in every format, a missing val split is carved from
 train, and its content is checked (the same bytes in two splits, a
 truncated file under `data.verify: exists`).
 
-Also here, for `dear.params` and `dear check` (which call them; this module
+Also here, for `dear.config.params` and `dear check` (which call them; this module
 never imports either): which names a dataset may take, and what can be told
 without listing images.
 """
@@ -33,7 +33,7 @@ def name_problem(name: str, reserved: Iterable[str] = ()) -> str | None:
 
     A built-in dataset's name would give it that dataset's recipe layers (EuroSAT's prompt and MMRL values),
     silently: such names are refused (the built-in datasets, and `reserved`: the datasets some recipe has a layer
-    for, which `dear.params` passes), as are names the engines cannot put in a path or a stage name.
+    for, which `dear.config.params` passes), as are names the engines cannot put in a path or a stage name.
     """
     if not NAME.fullmatch(name):
         return (f"{name!r} cannot name a dataset (it goes into paths and stage names); use letters, "

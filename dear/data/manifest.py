@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dear.errors import DearError
-from dear.io import read_parquet
+from dear.runtime.io import read_parquet
 
 SPLITS = ("train", "val", "test")
 SUBSETS = ("base", "novel")

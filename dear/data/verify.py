@@ -33,9 +33,9 @@ from typing import Iterator, Sequence
 import numpy as np
 from PIL import Image
 
-from dear import cpus
+from dear.compute import cpus
 from dear.errors import DearError
-from dear.progress import track
+from dear.runtime.progress import track
 
 CHUNK = 2048  # paths per task: large enough to amortize inter-process traffic
 SAMPLE = 1 << 14  # bytes hashed at each end of a file by a sampled hash

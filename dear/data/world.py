@@ -20,7 +20,7 @@ import numpy as np
 from dear.data.world_emoji import catalog
 from dear.data.world_scene import COLORS, POSITION_NAMES, SHAPES, TEXTURES, Canvas, Scene, render
 from dear.errors import DearError
-from dear.paramsfile import in_use
+from dear.runtime.paramsfile import in_use
 
 SPLITS = ("train", "val", "test")
 ATTRIBUTE_SETS = {"colors": "color", "textures": "texture", "shapes": "shape", "positions": "position"}
@@ -363,6 +363,6 @@ def tiny_params() -> dict[str, dict]:
 
 def tiny(params):
     """`params` with the tiny world, model and backbone sections (for tests)."""
-    small = tiny_params()  # each section validated by its own model class (the data layer never imports dear.params)
+    small = tiny_params()  # each section validated by its own model class (the data layer never imports dear.config.params)
     return params.model_copy(update={key: type(getattr(params, key)).model_validate(small[key])
                                      for key in ("world", "model", "backbone")})

@@ -15,7 +15,7 @@ from pathlib import Path
 from dear.docs import blocks, demo, smoke
 from dear.docs.generators import generate
 from dear.errors import DearError
-from dear.io import write_text
+from dear.runtime.io import write_text
 
 ROOT = Path(__file__).resolve().parents[2]
 

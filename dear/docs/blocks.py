@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from dear.errors import DearError
-from dear.io import write_text
+from dear.runtime.io import write_text
 
 BEGIN = re.compile(r"<!-- generated: (?P<spec>[^>]+?) -->\n")
 END = "<!-- end generated -->"

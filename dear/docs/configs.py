@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from dear.docs.format import code, minutes, table, value
 from dear.errors import DearError
-from dear.params import Params, load_params, read_yaml
+from dear.config.params import Params, load_params, read_yaml
 
 DEMO = "params.yaml"
 

@@ -21,8 +21,8 @@ import pandas as pd
 
 from dear.docs.format import percent, table
 from dear.errors import DearError
-from dear.io import read_json, write_bytes, write_json
-from dear.params import load_params
+from dear.runtime.io import read_json, write_bytes, write_json
+from dear.config.params import load_params
 
 SNAPSHOT = Path("docs/demo")
 PICTURE = Path("docs/img/base_novel.png")
@@ -43,7 +43,7 @@ def snapshot(demo: Path, root: Path, command: str = "make demo") -> list[Path]:
     write_bytes(folder / "results.csv", results.read_bytes())
     write_json(folder / "card.json", {key: read_json(card).get(key) for key in CARD_KEYS})
     write_json(folder / "run.json", run)
-    from dear.compare import write_comparable  # record.json and evals.parquet: `dear compare docs/demo report`
+    from dear.pipeline.compare import write_comparable  # record.json and evals.parquet: `dear compare docs/demo report`
 
     return [folder / "results.csv", folder / "card.json", folder / "run.json",
             *write_comparable(demo / "report", folder), draw(root)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dear.docs import configs, datasets, demo, smoke, world
+from dear.docs import architecture, configs, datasets, demo, smoke, world
 from dear.errors import DearError
 
 GENERATORS = {
@@ -23,6 +23,7 @@ GENERATORS = {
     "demo-results": demo.demo_results,         # the snapshot's result table (README)
     "demo-card": demo.demo_card,               # the snapshot's backbone sanity numbers
     "demo-picture": demo.demo_picture,         # the README's picture and which run it shows
+    "layers": architecture.layers_table,       # the package's layers and what each imports (docs/architecture.md)
     "smoke-time": smoke.smoke_time,            # the one measurement of `make smoke` (dear/docs/smoke.py MEASURED)
 }
 

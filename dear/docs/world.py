@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from dear.docs.format import table
-from dear.params import load_params
+from dear.config.params import load_params
 
 
 def world_templates(root: Path) -> str:

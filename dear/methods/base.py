@@ -268,6 +268,16 @@ class MethodModel(nn.Module):
         self.load_extra_state(extra)
 
 
+def in_precision(model: MethodModel, precision) -> MethodModel:
+    """`model` (a method's, on its device) in `precision` (a `dear.compute.device.Precision`): for fp16, CLIP and
+    the learnable tensors in half (`MethodModel.half_parameters`: those the authors' code holds in half)."""
+    if precision.half:
+        oc.half_precision(model.clip)
+        for param in model.half_parameters():
+            param.data = param.data.half()
+    return model
+
+
 class LayerError(DearError):
     """A recipe value naming a layer outside the tower: the key and the tower's depth travel with the line (the
     testing kit names the key to set for its two-layer backbone)."""

@@ -29,7 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dear.contract import DearError, MethodModel, Step, cross_entropy, internals, prompts, towers
+from dear.errors import DearError
+from dear.methods import prompts, towers
+from dear.methods.base import MethodModel, Step, cross_entropy
+from dear.model import internals
 
 # loralib/utils.py INDEX_POSITIONS_TEXT and INDEX_POSITIONS_VISION['ViT-B/16'] (0-based), the --position choices
 POSITIONS = {"bottom": range(0, 4), "mid": range(4, 8), "up": range(8, 12), "half-up": range(6, 12),

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from dear.errors import DearError
-from dear.io import write_bytes
+from dear.runtime.io import write_bytes
 from dear.methods import prompts
 
 REPOSITORY = "FushengHao/TAC"

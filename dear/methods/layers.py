@@ -13,7 +13,9 @@ checks both agree on models of several depths). Layers are 1-based.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+
+from dear.errors import DearError
+from dear.methods.recipe import LayerKey, load
 
 
 def half(depth: int) -> int:
@@ -24,15 +26,6 @@ def half(depth: int) -> int:
 def two_thirds(depth: int) -> int:
     """DeAR's start when null: after the first two thirds, rounded down (ViT-B/16: 9 of 12)."""
     return 2 * depth // 3 + 1
-
-
-@dataclass(frozen=True)
-class LayerKey:
-    key: str
-    towers: tuple[str, ...]  # the towers the value applies to: image, text
-    meaning: str  # depth: layers 1..value hold prompts | start: layers value..L hold tokens
-    lowest: int  # the smallest value that means something (PromptSRC's vision_depth 0: no image prompts)
-    default: Callable[[int], int] | None = None  # the value null stands for, from the tower's depth
 
 
 KEYS: dict[str, tuple[LayerKey, ...]] = {  # by recipe file
@@ -81,9 +74,6 @@ def resolve(recipe: str, values: dict, depth: dict[str, int | None]) -> list[Res
 
 def declared(recipe: str) -> tuple[LayerKey, ...]:
     """The layer keys a recipe file declares itself (`layers:` of a key: a plugin's), none when it does not load."""
-    from dear.errors import DearError
-    from dear.methods.recipe import load
-
     try:
         return tuple(key.layers for key in load(recipe).keys.values() if key.layers is not None)
     except DearError:

@@ -1,5 +1,6 @@
 """MMRL++ (yunncheng/MMRL@208ba96: trainers/mmrlpp.py, clip/model_mmrlpp.py, configs/trainers/MMRLpp/) as its authors
-train it, written against `dear.contract` only.
+train it, using only names `dear.contract` exports (imported from where they live: built in, the module sits
+below the contract).
 
 MMRL's representation tokens (`representation.RepresentationTokens`: the bank R of `tokens` x `rep_dim`,
 N(0, 0.02), entering image and text layers from `start_layer` on, their mean-pooled image outputs a second
@@ -31,7 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dear.contract import Recipe, internals, representation
+from dear.methods import representation
+from dear.methods.recipe import Recipe
+from dear.model import internals
 
 KAIMING_A = math.sqrt(5)  # nn.init.kaiming_uniform_(A, a=math.sqrt(5)): U(-1/sqrt(rank), 1/sqrt(rank))
 

@@ -149,41 +149,6 @@ def shadowed(module: str) -> str | None:
             "as `dear new-method` writes it) and reinstall it")
 
 
-def code_record(plugin: Plugin, counted: dict[str, str]) -> dict:
-    """What a run records of a plugin's code: the fingerprint of each of its files a job counted (dear.jobs.code),
-    one sha256 over them, and whether those files are still the installed distribution's (its RECORD's sha256):
-    `as installed`, `edited since installed` (naming the files), or `not in its RECORD` (an editable install: its files
-    are a source tree, which RECORD does not list). The tree state of `dear`'s own checkout says nothing of these."""
-    from dear import codegraph
-
-    tops = {plugin.module.split(".")[0], plugin.target.partition(":")[0].split(".")[0]}
-    files = {key: value for key, value in sorted(counted.items()) if key.split("/")[0].removesuffix(".py") in tops}
-    return {"code_sha256": codegraph.fingerprint(files), "code_files": files,
-            **against_record(plugin.distribution, list(files))}
-
-
-def against_record(distribution: str, keys: list[str]) -> dict:
-    """{"installed": state, "edited": [files]} of code keys (package/file.py) against the distribution's RECORD."""
-    import base64
-    import hashlib
-
-    from dear import codegraph
-
-    try:
-        listed = {str(path): path for path in importlib.metadata.distribution(distribution).files or [] if path.hash}
-    except importlib.metadata.PackageNotFoundError:
-        return {"installed": "unknown: the distribution is not installed"}
-    if not keys or any(key not in listed for key in keys):
-        return {"installed": "not in its RECORD (an editable install: a source tree, which RECORD does not list)"}
-
-    def sha(key: str) -> str:
-        digest = hashlib.sha256(codegraph.key_path(key).read_bytes()).digest()
-        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-    edited = [key for key in keys if listed[key].hash.mode != "sha256" or sha(key) != listed[key].hash.value]
-    return {"installed": "edited since installed" if edited else "as installed", "edited": edited}
-
-
 def clear() -> None:
     """Forget what was discovered (after a package was installed or removed in this process: tests)."""
     discovered.cache_clear()
@@ -198,43 +163,6 @@ def wrong_contract(plugin: Plugin) -> str:
     return (f"{plugin.label}: written for method contract {plugin.method.contract!r}, but this dear provides "
             f"contract {CONTRACT_VERSION}; install the plugin's version for contract {CONTRACT_VERSION}, or a dear "
             f"that provides {plugin.method.contract!r} (docs/your-method.md#versions)")
-
-
-def problems(plugin: Plugin) -> list[str]:
-    """What stops a plugin method from running, one line each: its recipe file, its model class, its hooks.
-
-    Imports the model's module (and torch): `dear check` asks this of the plugins a study uses only.
-    """
-    from dear.methods import model_class
-    from dear.methods.recipe import REQUIRED, load, resolve
-
-    found = []
-    try:
-        spec = load(plugin.name)
-        resolve({}, plugin.name, "any", "base_to_novel")  # every key has a default
-    except DearError as error:
-        found.append(f"{plugin.label}: {error}")
-        spec = None
-    lacking = [key for key in REQUIRED if spec is not None and key not in spec.keys]
-    if lacking:
-        found.append(f"{plugin.label}: its recipe has no key {', '.join(lacking)}, which the stages read of every "
-                     "method; declare it and give it a value (`base: dassl` brings it; docs/your-method.md#the-recipe)")
-    try:
-        cls = model_class(plugin.name)
-    except Exception as error:  # the plugin's code: whatever it raises is its problem, in one line
-        return [*found, f"{plugin.label}: its model {plugin.method.model} cannot be imported "
-                        f"({type(error).__name__}: {error}); fix `model=` of its Method declaration or the module"]
-    from dear.methods.base import MethodModel
-
-    if not (isinstance(cls, type) and issubclass(cls, MethodModel)):
-        return [*found, f"{plugin.label}: its model {plugin.method.model} is not a dear.contract.MethodModel "
-                        "subclass; derive it from MethodModel (docs/your-method.md#hooks)"]
-    missing = [hook for hook in required_hooks(cls, trains=spec.trains if spec else False)
-               if getattr(cls, hook, None) is getattr(MethodModel, hook, None)]
-    found += [f"{plugin.label}: {cls.__name__} does not define the hook {hook}, which "
-              f"{'every method needs' if hook != TRAIN_HOOK else 'a method whose recipe trains (base: dassl) needs'}; "
-              "write it (docs/your-method.md#hooks)" for hook in missing]
-    return found
 
 
 def required_hooks(cls, trains: bool) -> list[str]:

@@ -16,7 +16,7 @@ features of `teacher_templates`, averaged unnormalized, then normalized
 (computed in fp32 as theirs, whatever the training precision); v_zs: the
 untouched CLIP's image features of the same augmented batch.
 After each epoch the learnable tensors enter a Gaussian-weighted sum over the
-epochs (`dear.train.averaging`, GPA); after the last one the sum is the model.
+epochs (`dear.methods.averaging`, GPA); after the last one the sum is the model.
 Precision fp16: the context is half (theirs is made in CLIP's dtype), the
 prompts stay fp32 and are cast to half where they enter a tower (theirs).
 Logits and losses are computed in fp32 (theirs in fp16 under fp16).
@@ -33,7 +33,7 @@ from dear.methods import towers
 from dear.methods.base import Step, cross_entropy
 from dear.methods.coop import CoOp
 from dear.model import internals as oc
-from dear.train.averaging import EpochAverage, gaussian_weights
+from dear.methods.averaging import EpochAverage, gaussian_weights
 
 AVERAGE = "gpa."  # prefix of the running sums in the extra state (model.pt, checkpoints)
 TEACHER_CHUNK = 1000  # teacher prompts per text-tower pass

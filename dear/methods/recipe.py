@@ -41,7 +41,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -59,13 +59,24 @@ REQUIRED = ("precision",)  # keys every recipe has: `fuse` and `evaluate` read t
 # --- keys and their types ---------------------------------------------------------
 
 @dataclass(frozen=True)
+class LayerKey:
+    """A recipe key whose value names layers of a tower (`dear.methods.layers` resolves it against a model's depth)."""
+
+    key: str
+    towers: tuple[str, ...]  # the towers the value applies to: image, text
+    meaning: str  # depth: layers 1..value hold prompts | start: layers value..L hold tokens
+    lowest: int  # the smallest value that means something (PromptSRC's vision_depth 0: no image prompts)
+    default: Callable[[int], int] | None = None  # the value null stands for, from the tower's depth
+
+
+@dataclass(frozen=True)
 class Key:
     """One recipe key: its type (a small vocabulary, see `check`) and what it means."""
 
     name: str
     type: str  # int | float | str | bool, '?' suffix = may be null, 'float[2]', 'str[]', 'a|b|c' (choices)
     help: str
-    layers: Any = None  # a dear.methods.layers.LayerKey when the value names layers of a tower (`dear check` fits it)
+    layers: LayerKey | None = None  # set when the value names layers of a tower (`dear check` fits it)
 
     def check(self, value: Any) -> str | None:
         """None when `value` fits the type, else what was expected."""
@@ -230,8 +241,6 @@ def _layer_key(name: str, spec: dict, path: Path):
     """A key's `layers: {towers: [image, text], meaning: depth | start, lowest: 1}`: its value names layers of those
     towers (depth: layers 1..value hold the method's tokens; start: layers value..L), which `dear check` and the
     testing kit fit to the backbone as they fit the built-in recipes' (dear.methods.layers)."""
-    from dear.methods.layers import LayerKey
-
     declared = spec.get("layers")
     if declared is None:
         return None

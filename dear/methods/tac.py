@@ -1,5 +1,6 @@
 """TAC, task-aware clustering (FushengHao/TAC@563e7db: trainers/tac.py, clip/model.py, configs/trainers/TAC/) as its
-authors train it, written against `dear.contract` (and `dear.methods.descriptions`, which reads their texts).
+authors train it, using only names `dear.contract` exports, imported from where they live (and
+`dear.methods.descriptions`, which reads their texts).
 
 PromptSRC's independent deep prompts in both towers (IVLP), led by tokens of the task's clusters:
 - clusters (VLPromptLearner.__init__, once, on the training classes): each class's frozen-CLIP feature is the
@@ -38,7 +39,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dear.contract import DearError, MethodModel, Step, averaging, cross_entropy, internals, prompts, towers
+from dear.errors import DearError
+from dear.methods import averaging, prompts, towers
+from dear.methods.base import MethodModel, Step, cross_entropy
+from dear.model import internals
 from dear.methods import descriptions
 
 AVERAGE = "mean."  # prefix of the running sums in the extra state (model.pt, checkpoints)

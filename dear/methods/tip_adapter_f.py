@@ -35,7 +35,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dear.contract import DearError, MethodModel, Step, cross_entropy, internals, prompts, towers
+from dear.errors import DearError
+from dear.methods import prompts, towers
+from dear.methods.base import MethodModel, Step, cross_entropy
+from dear.model import internals
 
 
 class TipAdapterF(MethodModel):

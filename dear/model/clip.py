@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from dear.errors import DearError
-from dear.io import load_torch, sha256_file
+from dear.runtime.io import load_torch, sha256_file
 from dear.model import weights, without_transformers
 
 with without_transformers():
@@ -144,7 +144,7 @@ def read_state_dict(path: Path) -> dict:
 
     open_clip's `load_state_dict` unwrapped the same layouts, but falls back
     to a `torch.load` without `weights_only` on a TypeError; ours never runs
-    code from the file (`dear.io.load_torch`).
+    code from the file (`dear.runtime.io.load_torch`).
     """
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file

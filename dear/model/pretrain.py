@@ -17,8 +17,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from dear.data import world as world_data
 from dear.model import internals
 from dear.model.clip import normalizer
-from dear.progress import Pace, track
-from dear.transforms import INTERPOLATION, cpu_seeded, derived_seed
+from dear.runtime.progress import Pace, track
+from dear.compute.transforms import INTERPOLATION, cpu_seeded, derived_seed
 
 log = logging.getLogger("dear.pretrain")
 MAX_LOGIT_SCALE = math.log(100.0)

@@ -19,11 +19,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dear import device as devices
+from dear.compute import device as devices
 from dear.data.manifest import read_rgb
-from dear.io import read_json
+from dear.runtime.io import read_json
 from dear.model.zeroshot import ZeroShotClassifier
-from dear.progress import track
+from dear.runtime.progress import track
 
 log = logging.getLogger("dear.backbone")
 

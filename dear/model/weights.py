@@ -31,7 +31,7 @@ from open_clip import pretrained as oc_pretrained
 from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
 
 from dear.errors import DearError
-from dear.io import write_json
+from dear.runtime.io import write_json
 from dear.model.weights_record import lookup, record_path
 
 EMBEDDED = "embedded"
@@ -147,7 +147,7 @@ def fetch_configured(model, resolve_arch) -> tuple[Path | None, str | None]:
 
     `resolve_arch`: model.arch -> its open_clip name (`dear.model.clip.resolve_arch`, passed in: the loader
     imports this module, not the other way round)."""
-    from dear.io import sha256_file
+    from dear.runtime.io import sha256_file
 
     if model.pretrained == EMBEDDED or is_weights_path(model.pretrained):
         return None, None

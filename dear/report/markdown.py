@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from dear.report.tables import AVERAGE, B2N_METRICS, INFERENCES, few_shot_protocols, method_order, shots_label
-from dear.results import shots_of
+from dear.scoring.results import shots_of
 
 MISSING = "—"
 PROTOCOL_TITLES = {"cross_dataset": "Cross-dataset", "domain_generalization": "Domain generalization"}

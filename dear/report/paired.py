@@ -27,7 +27,7 @@ import pandas as pd
 from dear.errors import DearError
 from dear.report import stats
 from dear.report.tables import AVERAGE, B2N_METRICS, few_shot_protocols, transfer_targets
-from dear.results import harmonic_mean, shots_of
+from dear.scoring.results import harmonic_mean, shots_of
 
 COLUMNS = ["protocol", "source", "dataset", "method", "baseline", "metric", "mean", "std", "n_seeds", "seeds",
            "seed_low", "seed_high", "image_low", "image_high", "verdict"]

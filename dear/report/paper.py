@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from dear.report.tables import AVERAGE, B2N_METRICS, few_shot_protocols, method_order, shots_label
-from dear.results import shots_of
+from dear.scoring.results import shots_of
 
 TITLES = {"base_to_novel": "Base-to-novel generalization", "cross_dataset": "Cross-dataset evaluation",
           "domain_generalization": "Domain generalization", "few_shot": "Few-shot learning"}

@@ -19,7 +19,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from dear.report.tables import AVERAGE, B2N_METRICS, method_order
-from dear.results import shots_of
+from dear.scoring.results import shots_of
 
 PNG_METADATA = {"Software": None}
 LINESTYLES = ("-", "--", ":", "-.")

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from dear.report.tables import AVERAGE
-from dear.results import few_shot_protocol, harmonic_mean, shots_of
+from dear.scoring.results import few_shot_protocol, harmonic_mean, shots_of
 
 SETTING = (("model", "arch", "ViT-B-16"), ("model", "pretrained", "openai"), ("data", "source", "coop"),
            ("data", "shots", 16))

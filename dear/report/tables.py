@@ -1,6 +1,6 @@
 """Aggregation of per-seed accuracies into the paper's table layout.
 
-Input: `dear.results.seed_accuracy` (one row per method, source, seed,
+Input: `dear.scoring.results.seed_accuracy` (one row per method, source, seed,
 protocol, target). Output: one long frame, one row per number shown:
 (protocol, source, dataset, row, method, metric) with mean, std, the seeds it
 holds and each seed's value. Conventions, stated once here and under each
@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from dear.report import stats
-from dear.results import FUSED, OUTPUT, harmonic_mean, seed_accuracy, shots_of
+from dear.scoring.results import FUSED, OUTPUT, harmonic_mean, seed_accuracy, shots_of
 
 B2N_METRICS = ("base", "novel", "hm")
 AVERAGE = "Average"

@@ -9,8 +9,10 @@ streams. Nothing the command computes or writes changes: the child imports
 `dear` (and any plugin) fresh from disk, exactly as a new process would.
 
 - `wire`: what the command and the server agree on (which server fits a
-  command, where it listens, how a request and its answer travel). Standard
-  library only: the `dear` command reads it before anything else.
+  command, where it listens, how a request and its answer travel, what
+  `dear server status|stop` asks: `control`). Standard library only: the
+  `dear` command reads it before anything else, and `dear.cli` imports
+  nothing else of the server, which imports `dear.cli` (no circle).
 - `client`: the `dear` command itself: connects (starting a server on first
   use), forwards its signals, exits as the command did; without a server
   (switched off, unusable, failed) it runs the command in its own process.

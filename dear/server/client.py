@@ -30,7 +30,6 @@ from pathlib import Path
 from dear.server import wire
 
 _START_TIMEOUT = 180.0   # seconds a first command waits for its server's imports (a loaded machine: ~10-20 s)
-_ANSWER_TIMEOUT = 30.0   # seconds a server may take to fork a command
 _BEFORE = {signum: signal.getsignal(signum) for signum in wire.FORWARDED}  # as Python set them: the plain path
 
 
@@ -62,33 +61,16 @@ def connect(argv: list[str], environ: dict[str, str], path: list[str]) -> socket
     name = wire.key(env, path)
     place = wire.folder(environ)
     socket_path = place / f"{name}.sock"
-    conn = _connected(socket_path)
+    conn = wire.connected(socket_path)
     if conn is not None:
         return conn
     with _locked(place / f"{name}.lock"):
-        conn = _connected(socket_path)  # another command started it while this one waited for the lock
+        conn = wire.connected(socket_path)  # another command started it while this one waited for the lock
         if conn is None:
             with contextlib.suppress(FileNotFoundError):
                 socket_path.unlink()  # a server that was killed leaves its socket: nobody answers there
             conn = _start(socket_path, env, path, wire.idle_seconds(environ))
     return conn
-
-
-def _connected(socket_path: Path) -> socket.socket | None:
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    folder = os.open(socket_path.parent, os.O_RDONLY | os.O_DIRECTORY) if socket_path.parent.is_dir() else None
-    try:  # through the folder's descriptor: a socket's address has at most 107 bytes, a folder's path may be longer
-        conn.connect(f"/proc/self/fd/{folder}/{socket_path.name}" if folder is not None else str(socket_path))
-        return conn
-    except (FileNotFoundError, ConnectionRefusedError):
-        conn.close()
-        return None
-    except OSError as err:
-        conn.close()
-        raise wire.Unavailable(f"cannot connect to {socket_path} ({err.strerror})") from None
-    finally:
-        if folder is not None:
-            os.close(folder)
 
 
 @contextlib.contextmanager
@@ -121,7 +103,7 @@ def _start(socket_path: Path, env: dict[str, str], path: list[str], idle: float)
         raise wire.Unavailable(f"cannot start a server ({err.strerror})") from None
     deadline = time.monotonic() + _START_TIMEOUT
     while time.monotonic() < deadline:
-        conn = _connected(socket_path)
+        conn = wire.connected(socket_path)
         if conn is not None:
             return conn
         if server.poll() is not None:
@@ -151,7 +133,7 @@ def run(conn: socket.socket, argv: list[str], environ: dict[str, str], path: lis
     request = {"argv": argv, "cwd": os.getcwd(), "env": environ, "path": path, "umask": umask,
                "ignored": [int(signum) for signum in ignored]}
     try:
-        conn.settimeout(_ANSWER_TIMEOUT)
+        conn.settimeout(wire.ANSWER_TIMEOUT)
         wire.send(conn, request, fds=[0, 1, 2])
         started, _ = wire.receive(conn)
         conn.settimeout(None)
@@ -185,20 +167,3 @@ def _exit_as(status: int) -> None:
         os.kill(os.getpid(), signum)
         sys.exit(128 + signum)
     sys.exit(os.waitstatus_to_exitcode(status))
-
-
-def control(action: str, environ=os.environ) -> list[dict]:
-    """`dear server status|stop`: ask each server of this user for its state, or to stop (after its running
-    commands). [{socket, pid, started, served, running}], or {socket, error} for a socket nobody answers at."""
-    found = []
-    for socket_path in sorted(wire.folder(environ).glob("*.sock")):
-        conn = _connected(socket_path)
-        if conn is None:
-            found.append({"socket": str(socket_path), "error": "nobody answers (a killed server's socket)"})
-            continue
-        with conn:
-            conn.settimeout(_ANSWER_TIMEOUT)
-            wire.send(conn, {"control": action})
-            about, _ = wire.receive(conn)
-        found.append({"socket": str(socket_path), **(about or {"error": "no answer"})})
-    return found

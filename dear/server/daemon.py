@@ -13,7 +13,7 @@ Per command, two processes:
   command, sends its pid back, and waits for whichever ends first: the
   command (its wait status goes back to the client) or the client (gone: the
   command's process group is killed, as the kernel kills a stage whose `dear`
-  process was killed: dear.supervise);
+  process was killed: dear.runtime.supervise);
 - the command (`_become`): its own process group, the client's streams,
   folder, environment, argv and import path, `dear` dropped from
   `sys.modules` so that it and any plugin are imported fresh from disk, its
@@ -43,7 +43,8 @@ import threading
 import time
 import traceback
 
-from dear.server import imports, wire
+from dear.compute import imports
+from dear.server import wire
 
 # What every job of a study imports (a stage's modules import these at their top), and nothing of `dear`'s but
 # the one function that imports open_clip as dear does (without transformers: dear.model.without_transformers).
@@ -89,7 +90,7 @@ def _pin_kernels() -> None:
     ATen reads the variable the first time it is asked, and keeps its answer. A
     plain stage sets it (compute.reproducible) before torch loads; a served one
     has torch loaded and sets it after its first question
-    (`dear.reproducible.apply`), so its child would pick the CPU's fastest
+    (`dear.compute.reproducible.apply`), so its child would pick the CPU's fastest
     kernels, and train other weights. The server's environment is the command's
     import environment (`wire.import_env`, part of the server's key): picked
     here, the child runs what the plain command runs (tests/test_server.py).
@@ -223,7 +224,7 @@ def _become(request: dict, fds: list[int], conn: socket.socket, handler: int) ->
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"], DEAR_SERVED_BY=str(os.getppid()))  # the job records its own processes'
-        # memory beside Snakemake's benchmark of the client (dear.runrecord.benchmarked)
+        # memory beside Snakemake's benchmark of the client (dear.pipeline.runrecord.benchmarked)
         sys.argv[:] = request["argv"]
         sys.path[:] = request["path"]
         for name in [name for name in sys.modules if name == "dear" or name.startswith("dear.")]:

@@ -1,6 +1,6 @@
 """What the `dear` command and its warm server agree on: which server fits a command, where it listens, the messages.
 
-Standard library only (and `dear.reproducible`, itself light): the `dear`
+Standard library only (and `dear.compute.reproducible`, itself light): the `dear`
 command reads this module before it decides whether to import anything heavy.
 
 A server fits a command when everything that could have changed what the
@@ -28,14 +28,15 @@ import struct
 import sys
 from pathlib import Path
 
-from dear import reproducible
+from dear.compute import reproducible
 
 SWITCH = "DEAR_SERVER"          # off / 0 / false / no: every command runs in its own process, as without a server
 FOLDER = "DEAR_SERVER_DIR"      # where the sockets lie (default: $XDG_RUNTIME_DIR/dear, else /tmp/dear-<uid>)
 IDLE = "DEAR_SERVER_IDLE"       # seconds without a command after which a server ends
+ANSWER_TIMEOUT = 30.0          # seconds a server may take to fork a command
 DEFAULT_IDLE = 900.0            # a researcher's loop: edit, rerun, read; a quarter of an hour between reruns is common
 # The commands that run a stage (`dear.cli._run_stage`): before importing torch they set HF_HUB_OFFLINE and, under
-# compute.reproducible, the kernel caps (`dear.reproducible.apply`); a server for them imports with the same values.
+# compute.reproducible, the kernel caps (`dear.compute.reproducible.apply`); a server for them imports with the same values.
 STAGES = frozenset({"world", "backbone", "prepare", "profile", "train", "fuse", "evaluate", "collect", "report",
                     "predict"})
 # Prefixes of the environment variables a library may read when it loads (OpenMP and the BLAS libraries read their
@@ -48,7 +49,7 @@ IMPORT_TIME = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO", "
 # ignored (nohup, a shell's `&`) stays ignored, in the command too
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _HEADER = struct.Struct("!I")   # each message: its length, then JSON
-_CODE = ("wire.py", "daemon.py", "imports.py", "../model/__init__.py")  # what the server runs of dear: a new version, a new server
+_CODE = ("wire.py", "daemon.py", "../compute/imports.py", "../model/__init__.py")  # what the server runs of dear: a new version, a new server
 
 
 class Unavailable(Exception):
@@ -73,7 +74,7 @@ def command_of(argv: list[str]) -> str | None:
 
 
 def import_env(argv: list[str], environ: dict[str, str]) -> dict[str, str]:
-    """The environment the command would have when it imports torch, without a server (dear.cli, dear.reproducible).
+    """The environment the command would have when it imports torch, without a server (dear.cli, dear.compute.reproducible).
 
     `reproducible.early` caps OpenBLAS for any command whose params ask for it;
     a stage command also sets HF_HUB_OFFLINE and, when its params ask for it,
@@ -189,3 +190,38 @@ def _exactly(sock: socket.socket, data: bytes, size: int) -> bytes | None:
             return None
         data += more
     return data
+
+
+def connected(socket_path: Path) -> socket.socket | None:
+    """A connection to the server listening at `socket_path`; None: nobody listens there."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    folder = os.open(socket_path.parent, os.O_RDONLY | os.O_DIRECTORY) if socket_path.parent.is_dir() else None
+    try:  # through the folder's descriptor: a socket's address has at most 107 bytes, a folder's path may be longer
+        conn.connect(f"/proc/self/fd/{folder}/{socket_path.name}" if folder is not None else str(socket_path))
+        return conn
+    except (FileNotFoundError, ConnectionRefusedError):
+        conn.close()
+        return None
+    except OSError as err:
+        conn.close()
+        raise Unavailable(f"cannot connect to {socket_path} ({err.strerror})") from None
+    finally:
+        if folder is not None:
+            os.close(folder)
+
+
+def control(action: str, environ=os.environ) -> list[dict]:
+    """`dear server status|stop`: ask each server of this user for its state, or to stop (after its running
+    commands). [{socket, pid, started, served, running}], or {socket, error} for a socket nobody answers at."""
+    found = []
+    for socket_path in sorted(folder(environ).glob("*.sock")):
+        conn = connected(socket_path)
+        if conn is None:
+            found.append({"socket": str(socket_path), "error": "nobody answers (a killed server's socket)"})
+            continue
+        with conn:
+            conn.settimeout(ANSWER_TIMEOUT)
+            send(conn, {"control": action})
+            about, _ = receive(conn)
+        found.append({"socket": str(socket_path), **(about or {"error": "no answer"})})
+    return found

@@ -21,15 +21,15 @@ from typing import ClassVar
 
 import torch
 
-from dear import device as devices
+from dear.compute import device as devices
 from dear.data import world as world_data
 from dear.data.manifest import check_images_exist
 from dear.errors import DearError
-from dear.io import output_folder, provenance, read_json, sha256_file, sha256_json, versions, write_bytes, write_json
+from dear.runtime.io import output_folder, provenance, read_json, sha256_file, sha256_json, versions, write_bytes, write_json
 from dear.model import clip, weights
 from dear.model.pretrain import pretrain
 from dear.model.sanity import world_zero_shot
-from dear.params import Params, in_use, sanity_on
+from dear.config.params import Params, in_use, sanity_on
 
 log = logging.getLogger("dear.backbone")
 

@@ -4,7 +4,7 @@ The report reads every evaluation, train log and model of every method. Both
 engines give it one input per method instead (`results/<method>/`), so a
 job's header stays a line a person reads and the report reads exactly the
 study's runs, never a file a glob happened to match (a seed or dataset the
-config no longer has). One entry per run (dear.jobs: every evaluate job of the
+config no longer has). One entry per run (dear.pipeline.jobs: every evaluate job of the
 method, every seed) in `results/<method>/runs.json`:
 
     {"job": "evaluate@coop-world_objects", "protocol": "base_to_novel", "seed": 1,
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from dear import jobs as study_jobs
+from dear.pipeline import jobs as study_jobs
 from dear.errors import DearError
-from dear.io import output_folder, provenance, read_provenance, sha256_file, write_json
-from dear.params import Params
+from dear.runtime.io import output_folder, provenance, read_provenance, sha256_file, write_json
+from dear.config.params import Params
 
 log = logging.getLogger("dear.collect")
 RUNS = "runs.json"
@@ -52,7 +52,7 @@ def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
     runs = [listed(job.name, seed, Path(file)) for job in study_jobs.evaluations(study_jobs.jobs(params), inputs.method)
             for seed, file in job.records]
     files = {f"{kind}:{run['job']}:seed{run['seed']}": run[kind] for run in runs for kind in ("eval", "model")}
-    study = params.study  # what decides the method's runs (dear.keys: collect), not the other methods
+    study = params.study  # what decides the method's runs (dear.config.keys: collect), not the other methods
     record = provenance({"seeds": params.data.seeds, "base_to_novel": study.base_to_novel, "transfer": study.transfer,
                          "few_shot": study.few_shot}, inputs=files)
     with output_folder(outputs.folder, Outputs.FILES) as folder:

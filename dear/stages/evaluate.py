@@ -27,7 +27,7 @@ Images of each target are encoded once; text features once per class list.
 A method scores only the class lists it can (`MethodModel.can_score`): a
 linear probe has no rows for novel classes or another dataset's, so those
 targets get no rows (the report shows "—" and says why).
-Writes `eval.parquet` (dear.results.EVAL_SCHEMA: correct, total per class)
+Writes `eval.parquet` (dear.scoring.results.EVAL_SCHEMA: correct, total per class)
 and `metrics.json` (the run's percentages, computed from those counts).
 """
 
@@ -40,15 +40,15 @@ from typing import ClassVar
 
 import torch
 
-from dear import evaluation
+from dear.scoring import evaluation
 from dear.data.manifest import read_manifest
 from dear.errors import DearError
-from dear.io import output_folder, provenance, read_json, sha256_json, write_json
+from dear.runtime.io import output_folder, provenance, read_json, sha256_json, write_json
 from dear.methods import entry
 from dear.model.clip import load_backbone
-from dear.model.trained import load_trained, read_trained
-from dear.params import Params
-from dear.results import FUSED, OUTPUT, eval_frame, few_shot_protocol, run_metrics, write_eval
+from dear.methods.trained import load_trained, read_trained
+from dear.config.params import Params
+from dear.scoring.results import FUSED, OUTPUT, eval_frame, few_shot_protocol, run_metrics, write_eval
 
 log = logging.getLogger("dear.evaluate")
 
@@ -141,7 +141,7 @@ def _recipe_at(params: Params, model, dataset: str):
 
 def summary(frame, method: str, seed: int) -> str:
     """A small table a person reads: accuracy per target and split, the output and every stream."""
-    from dear.results import split_accuracy
+    from dear.scoring.results import split_accuracy
 
     accuracy = split_accuracy(frame)
     streams = [OUTPUT] + [s for s in dict.fromkeys(accuracy["stream"]) if s != OUTPUT]

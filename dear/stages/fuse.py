@@ -18,13 +18,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from dear import evaluation
+from dear.scoring import evaluation
 from dear.data.manifest import read_fewshot, read_manifest
 from dear.errors import DearError
-from dear.io import filesystem_errors, provenance, write_json
+from dear.runtime.io import filesystem_errors, provenance, write_json
 from dear.model.clip import load_backbone
-from dear.model.trained import load_trained
-from dear.params import Params
+from dear.methods.trained import load_trained
+from dear.config.params import Params
 
 log = logging.getLogger("dear.fuse")
 

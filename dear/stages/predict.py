@@ -33,11 +33,11 @@ from typing import ClassVar
 import pyarrow as pa
 import torch
 
-from dear import cpus
+from dear.compute import cpus
 from dear.errors import DearError
-from dear.io import files_under, output_folder, provenance, sha256_json, write_parquet, write_text
-from dear.params import Params
-from dear.progress import track
+from dear.runtime.io import files_under, output_folder, provenance, sha256_json, write_parquet, write_text
+from dear.config.params import Params
+from dear.runtime.progress import track
 
 log = logging.getLogger("dear.predict")
 
@@ -73,9 +73,9 @@ class Outputs:
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
-    from dear import evaluation
+    from dear.scoring import evaluation
     from dear.model.clip import load_backbone
-    from dear.model.trained import load_trained, read_trained
+    from dear.methods.trained import load_trained, read_trained
 
     if inputs.top_k < 1:
         raise DearError(f"--top-k: {inputs.top_k}; give at least 1")
@@ -172,7 +172,7 @@ def rules_line(rules: list[str], rule: str, params: Params) -> str:
 
 
 def fusion_alpha(path: Path | None, model) -> torch.Tensor:
-    from dear.io import read_json
+    from dear.runtime.io import read_json
 
     if path is None:
         return model.alpha.detach().float().cpu()
@@ -215,7 +215,7 @@ def _collate(items: list) -> list:
 def score(model, paths: list[str], classnames: list[str], rules: list[str], alpha: torch.Tensor, params: Params,
           precision, k: int) -> list[dict]:
     """One row per path: its top-k classes, probabilities and their rules, or its error."""
-    from dear import evaluation
+    from dear.scoring import evaluation
 
     loader = torch.utils.data.DataLoader(_Images(paths, evaluation.eval_transform(model)),
                                          batch_size=params.evaluate.batch_size, collate_fn=_collate,

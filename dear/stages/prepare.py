@@ -10,7 +10,7 @@ image in two splits: `dear.data.content`), and writes into the output folder `ma
 `fewshot-shots<K>-seed<S>.parquet` per shot count K and seed: Dassl's draw for
 K (the picks depend on K, as the authors' `shot_K-seed_S.pkl`). Everything is read and checked before the
 first file is written, and the folder is replaced as a whole
-(`dear.io.output_folder`), so bad input or a kill leaves the previous folder
+(`dear.runtime.io.output_folder`), so bad input or a kill leaves the previous folder
 or none, and a table of an earlier seed list never survives beside new ones.
 
 Whatever `data.verify` says for the rest, the images picked into the
@@ -36,8 +36,8 @@ from dear.data.listing import Listing
 from dear.data.manifest import (EXCLUDED_SCHEMA, FEWSHOT_SCHEMA, MANIFEST_SCHEMA, SPLITS, SUBSETS,
                                 excluded_path, fewshot_path, manifest_path)
 from dear.errors import DearError
-from dear.io import output_folder, provenance, write_parquet
-from dear.params import Params
+from dear.runtime.io import output_folder, provenance, write_parquet
+from dear.config.params import Params
 
 log = logging.getLogger("dear.prepare")
 

@@ -11,7 +11,7 @@ below), `heatmap.png`, `roles.md` and `ablation.parquet`: on the embedded
 world, whose images carry their true attributes, the roles are validated by
 mean-ablation (`dear.model.ablation`; an empty table elsewhere). Every input
 is read and checked before the first file is written, and the folder appears
-as a whole (`dear.io.output_folder`).
+as a whole (`dear.runtime.io.output_folder`).
 """
 
 from __future__ import annotations
@@ -26,20 +26,20 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from dear import cpus
-from dear import device as devices
+from dear.compute import cpus
+from dear.compute import device as devices
 from dear.data.manifest import UNREADABLE_HINT, read_manifest, select
 from dear.errors import DearError
-from dear.io import output_folder, provenance, write_bytes, write_parquet, write_text
+from dear.runtime.io import output_folder, provenance, write_bytes, write_parquet, write_text
 from dear.model import ablation as abl
 from dear.model import concepts as cpt
 from dear.model import internals
 from dear.model.decompose import check_layers, head_statistics
 from dear.model.textbank import TextBank, load_bank
 from dear.model.textspan import Pick, check_rank, text_span
-from dear.model.trained import backbone_sha256
-from dear.params import Params, Profile
-from dear.progress import track
+from dear.methods.trained import backbone_sha256
+from dear.config.params import Params, Profile
+from dear.runtime.progress import track
 
 log = logging.getLogger("dear.profile")
 
@@ -127,7 +127,7 @@ class HeadResult:
 
 
 def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:
-    cfg = params.profile  # checked first by `dear.check` (roles thresholds, bank, rank vs picks)
+    cfg = params.profile  # checked first by `dear.config.check` (roles thresholds, bank, rank vs picks)
     bank = load_bank(cfg.text_bank, cfg.concepts.allowed, params.world)
     paths = image_paths(inputs.manifest, cfg)
     from dear.model.clip import load_backbone

@@ -1,10 +1,10 @@
 """`dear report`: every eval table aggregated into the paper's tables, pictures and DVC metrics.
 
-Reads the eval.parquet files given (schema in `dear.results`), the train logs
+Reads the eval.parquet files given (schema in `dear.scoring.results`), the train logs
 and the head-role heatmaps, or the runs each `results/<method>/runs.json` of
 `dear collect` lists (each file's sha256 checked), checks all of them, computes everything in
 memory, and only then writes the output folder, which replaces the old one
-as a whole (`dear.io.output_folder`):
+as a whole (`dear.runtime.io.output_folder`):
 
     results.md, results.csv        tables per protocol (dear.report.tables / markdown), pictures linked
     differences.csv                paired differences (report.compare against each method, and each `+roles` variant
@@ -14,7 +14,7 @@ as a whole (`dear.io.output_folder`):
     inference.csv                  unseen classes under both inferences (fusion.novel cls / fused), every dataset
     metrics.json                   averages per protocol and method, for `dvc metrics/exp show`
     provenance.json                params, input hashes and versions behind the report
-    record.json                    the record of the run (dear.runrecord): code, params, recipes, data, environment,
+    record.json                    the record of the run (dear.pipeline.runrecord): code, params, recipes, data, environment,
                                    each job's time and memory
     base_novel.png, loss_curves.png, roles/<dataset>.png
     roles_change.png               what the roles change: each variant minus its plain method (with a variant only)
@@ -35,16 +35,16 @@ from typing import ClassVar
 import pandas as pd
 
 from dear.errors import DearError
-from dear import runrecord
-from dear.io import (output_folder, provenance, read_json, read_parquet, read_provenance, sha256_file, sha256_json,
+from dear.pipeline import runrecord
+from dear.runtime.io import (output_folder, provenance, read_json, read_parquet, read_provenance, sha256_file, sha256_json,
                      write_bytes, write_json)
 from dear.methods import ROLES
 from dear.methods.recipe import FEWEST_STEPS
-from dear.params import Params
+from dear.config.params import Params
 from dear.model import ablation
 from dear.report import markdown, paired, paper, plots, reference, tables
 from dear.report.train_logs import read_train_logs
-from dear.results import read_evals, seed_accuracy, shots_of
+from dear.scoring.results import read_evals, seed_accuracy, shots_of
 
 log = logging.getLogger("dear.report")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -6,7 +6,7 @@ and, for `dear` and the `+roles` variants, the roles table. The run's recipe is 
 (`train.recipes` over the method's authors' recipe, for this dataset and
 protocol) and is what the trainer reads. Writes into the output folder
 `model.pt` (learnable tensors + the method's name and resolved recipe, see
-`dear.model.trained`) and `train_log.parquet` (`train_log_schema`: the
+`dear.methods.trained`) and `train_log.parquet` (`train_log_schema`: the
 method's own loss terms as loss_<term> columns). The resumable checkpoint
 lives at `Outputs.checkpoint`, outside the declared outputs, and is removed
 once both outputs are written. `zeroshot` trains nothing and writes the same
@@ -28,11 +28,11 @@ from typing import ClassVar
 import pyarrow as pa
 
 from dear.errors import DearError
-from dear.io import check_output_file, output_folder, provenance, sha256_file, sha256_json, versions, write_parquet
+from dear.runtime.io import check_output_file, output_folder, provenance, sha256_file, sha256_json, versions, write_parquet
 from dear.methods.recipe import FEWEST_STEPS, lengthened
 from dear.model import internals as oc
-from dear.model.trained import backbone_sha256, read_roles, save_trained
-from dear.params import Params
+from dear.methods.trained import backbone_sha256, read_roles, save_trained
+from dear.config.params import Params
 from dear.train import features, trainer
 from dear.train.data import check_images_exist, training_shots
 

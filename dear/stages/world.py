@@ -3,7 +3,7 @@
 Writes `<out>/<name>/images/<class>/<split>_<index>.png`,
 `<out>/<name>/split_zhou_<name>.json`, `<out>/<name>/attributes.parquet`
 for each dataset and `<out>/card.json`. The whole tree is built in a hidden
-staging folder that replaces the old one at the end (`dear.io.output_folder`),
+staging folder that replaces the old one at the end (`dear.runtime.io.output_folder`),
 so an interrupted run leaves the previous world (or none), never a
 half-written one; that is why the many small PNGs are written plainly inside
 the staging folder instead of one atomic rename each.
@@ -22,9 +22,9 @@ from PIL import Image
 
 from dear.data import world as world_data
 from dear.data.world_scene import render
-from dear.io import output_folder, provenance, sha256_json, write_json, write_parquet
-from dear.params import Params
-from dear.progress import track
+from dear.runtime.io import output_folder, provenance, sha256_json, write_json, write_parquet
+from dear.config.params import Params
+from dear.runtime.progress import track
 
 log = logging.getLogger("dear.world")
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dear import status
+from dear.runtime import status
 from dear.errors import DearError
-from dear.io import atomic_path, leftovers_of, load_torch, remove_leftovers
+from dear.runtime.io import atomic_path, leftovers_of, load_torch, remove_leftovers
 
 log = logging.getLogger("dear.train")
 

@@ -15,12 +15,12 @@ import numpy as np
 import torch
 from torchvision import transforms as T
 
-from dear import cpus
+from dear.compute import cpus
 from dear.data import manifest
 from dear.data.manifest import read_fewshot, select
 from dear.errors import DearError, from_workers
 from dear.methods.recipe import steps_per_epoch
-from dear.transforms import INTERPOLATION, cpu_seeded, derived_seed
+from dear.compute.transforms import INTERPOLATION, cpu_seeded, derived_seed
 
 @dataclass(frozen=True)
 class Shots:
@@ -68,16 +68,6 @@ def train_transform(aug, size: int, mean, std) -> T.Compose:
     return T.Compose([
         T.RandomResizedCrop(size, scale=tuple(aug.crop_scale), interpolation=INTERPOLATION[aug.interpolation]),
         T.RandomHorizontalFlip(aug.flip_prob),
-        T.ToTensor(),
-        T.Normalize(mean, std),
-    ])
-
-
-def test_transform(interpolation: str, size: int, mean, std) -> T.Compose:
-    """Dassl's test transform: resize the short side to `size`, centre crop, normalize (fuse and evaluate use it)."""
-    return T.Compose([
-        T.Resize(size, interpolation=INTERPOLATION[interpolation]),
-        T.CenterCrop(size),
         T.ToTensor(),
         T.Normalize(mean, std),
     ])

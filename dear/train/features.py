@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from dear import evaluation
+from dear.scoring import evaluation
 from dear.data.manifest import check_images_exist, read_fewshot, select
 from dear.errors import DearError
-from dear.params import Compute
+from dear.config.params import Compute
 from dear.train.data import Shots
 
 log = logging.getLogger("dear.train")

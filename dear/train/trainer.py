@@ -37,12 +37,12 @@ from pathlib import Path
 
 import torch
 
-from dear import device as devices
+from dear.compute import device as devices
 from dear.errors import DearError
-from dear.methods.base import MethodModel
+from dear.methods.base import MethodModel, in_precision
 from dear.methods.recipe import Recipe
-from dear.params import Compute
-from dear.progress import track
+from dear.config.params import Compute
+from dear.runtime.progress import track
 from dear.train import checkpoint
 from dear.train.data import (Schedule, ShotImages, ShotPasses, Shots, Views, loader, passes, train_transform,
                              unaugmented_transform)
@@ -130,7 +130,7 @@ def fit(run: Run) -> list[dict]:
     device = devices.resolve(run.compute)
     precision = devices.Precision(recipe.precision, device)
     devices.fast_matmuls(device)  # fp32 matmuls outside autocast (frozen features)
-    model = precision.prepare(run.model.to(device)).train()
+    model = in_precision(run.model.to(device), precision).train()
     schedule = schedule_of(recipe, run.shots, run.seed)
     init_from_passes(run, model, precision)  # before the optimizer: it may make learnable tensors (Tip-Adapter-F)
     loop = make_loop(model, recipe, schedule, precision)

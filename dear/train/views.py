@@ -19,7 +19,7 @@ from PIL import Image
 
 from dear.data.manifest import read_rgb
 from dear.train.data import Shots
-from dear.transforms import cpu_seeded, derived_seed
+from dear.compute.transforms import cpu_seeded, derived_seed
 
 VIEW_STREAM = 7  # keeps view seeds apart from the per-epoch augmentation seeds of dear.train.data
 

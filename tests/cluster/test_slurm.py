@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from dear.data.world import tiny_params
-from dear.model.trained import read_trained
+from dear.methods.trained import read_trained
 from tests.cluster.slurm import (LOCAL_RULES, PROFILE, SNAKEMAKE_TIMEOUT_S, Run, fail_with_output, gpu_rules,
                                  memory_mb, requested_mem_mb, run_snakemake, slurm, slurm_available, slurm_jobs,
                                  start_snakemake, submissions, wait_for)
@@ -76,7 +76,7 @@ def new_project(folder: Path, data_root: Path, extra_datasets: list[str] = (), o
         make_fake_dataset(data_root, name)
     project = make_project(folder / "project", study_params(data_root, extra_datasets, overrides))
     # test_params guards the committed schema; here it must describe the params this test runs with
-    schema = subprocess.run([str(BIN / "python"), "-m", "dear.params"], env=engine_env(), capture_output=True,
+    schema = subprocess.run([str(BIN / "python"), "-m", "dear.config.params"], env=engine_env(), capture_output=True,
                             text=True, check=True).stdout
     (project / "workflow" / "schemas" / "params.schema.yaml").write_text(schema)
     return project

@@ -1,6 +1,6 @@
 # Shared helpers for the rules: the config in use (read and checked as `dear check` does), where its
 # outputs go, the fan-out lists, the code each stage runs, and which jobs rerun because their outputs
-# were made otherwise than this config says (dear.stale).
+# were made otherwise than this config says (dear.pipeline.stale).
 import os
 import re
 import sys
@@ -8,19 +8,19 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from dear import jobs as dear_jobs
-from dear import engines as dear_engines
-from dear import stale as dear_stale
-from dear import strict_yaml
-from dear.params import Params, world_needed
-from dear.cpus import wanted as cpus_wanted
+from dear.pipeline import jobs as dear_jobs
+from dear.pipeline import engines as dear_engines
+from dear.pipeline import stale as dear_stale
+from dear.config import strict_yaml
+from dear.config.params import Params, world_needed
+from dear.compute.cpus import wanted as cpus_wanted
 
 # One world and backbone per machine: profiles/default turns Snakemake's output cache on (--cache), kept in
-# $SNAKEMAKE_OUTPUT_CACHE, by default where dear's DVC stages look too (dear.machine_cache). Snakemake reads the
+# $SNAKEMAKE_OUTPUT_CACHE, by default where dear's DVC stages look too (dear.pipeline.machine_cache). Snakemake reads the
 # variable after this file, when it plans; Slurm jobs re-reading this file leave it as the main process set it.
 if workflow.workflow_settings.cache is not None:  # --cache (the default profile's)
     if not os.environ.get("SNAKEMAKE_OUTPUT_CACHE"):
-        from dear.machine_cache import location as _cache_location
+        from dear.pipeline.machine_cache import location as _cache_location
 
         os.environ["SNAKEMAKE_OUTPUT_CACHE"] = str(_cache_location())
     try:
@@ -105,7 +105,7 @@ wildcard_constraints:
 
 def code(rule):
     """The input holding the code a job of `rule` runs: its code file, .dear/code/<name>.yaml under the output root
-    (dear.jobs.code: the sha256 of its stage's and method's modules; train-maple, prepare-world_objects, world).
+    (dear.pipeline.jobs.code: the sha256 of its stage's and method's modules; train-maple, prepare-world_objects, world).
     The Snakefile writes every job's file before planning, and rewrites one only when that code changed, so a job
     reruns when, and only when, the modules it runs changed. A rule declares `code=code("<rule name>")`."""
     def code_file(wildcards):
@@ -115,7 +115,7 @@ def code(rule):
 
 def values(rule):
     """The input holding the values a job of `rule` reads (.dear/jobs/<stage>/<item>.yaml under the output root,
-    dear.engines.job_file): the same file DVC's stage reads as a params file. A rule declares
+    dear.pipeline.engines.job_file): the same file DVC's stage reads as a params file. A rule declares
     `values=values("<rule name>")` next to its `code=code("<rule name>")`."""
     def values_file(wildcards):
         return str(dear_engines.job_file(Path(VALUES), JOBS[job_name(rule, wildcards)]))
@@ -133,7 +133,7 @@ JOBS = {job.name: job for job in dear_jobs.jobs(PARAMS)}
 
 
 def evaluations_of(wildcards):
-    """The eval folders of every evaluate job of `wildcards.method` (each protocol's, dear.jobs): what collect lists."""
+    """The eval folders of every evaluate job of `wildcards.method` (each protocol's, dear.pipeline.jobs): what collect lists."""
     return [job.folder for job in dear_jobs.evaluations(list(JOBS.values()), wildcards.method)]
 
 
@@ -146,7 +146,7 @@ _HASHES, _SEEN, _FORCED = {}, set(), set()
 
 def provenance_checked(rule):
     """An input function adding no input: while Snakemake plans, it compares the outputs of this job with
-    what this config would make (dear.stale) and, when they differ, prints one line naming the keys and
+    what this config would make (dear.pipeline.stale) and, when they differ, prints one line naming the keys and
     forces the job, without making it a target. `-n` shows it too; this machine's problems are shown once."""
     def check(wildcards):
         if not workflow.is_main_process or workflow.dag is None:
@@ -169,7 +169,7 @@ def provenance_checked(rule):
 
 
 def cpus_of(stage):
-    """A rule's `threads:`: the CPUs `dear <stage>` uses under this config by itself (dear/cpus.py), so that
+    """A rule's `threads:`: the CPUs `dear <stage>` uses under this config by itself (dear/compute/cpus.py), so that
     Snakemake never runs more than --cores at once. It hands them to the job as OMP_NUM_THREADS, which the stage
     reads, and scales them down to --cores; a DVC or by-hand run uses the same number."""
     return cpus_wanted(config, stage)

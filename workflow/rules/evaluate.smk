@@ -19,7 +19,7 @@ rule fuse:
     threads: cpus_of("fuse")
     log:
         rooted("logs/fuse/{method}/{dataset}.log"),
-    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+    benchmark:  # wall time and peak memory of the job (dear.pipeline.runrecord; DVC: the same file)
         rooted("logs/fuse/{method}/{dataset}.benchmark.tsv")
     shell:
         "dear fuse --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt --method {wildcards.method}"
@@ -46,7 +46,7 @@ if TRANSFER:  # the transfer protocols are on
         threads: cpus_of("fuse")
         log:
             rooted("logs/fuse_transfer/{method}.log"),
-        benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        benchmark:  # wall time and peak memory of the job (dear.pipeline.runrecord; DVC: the same file)
             rooted("logs/fuse_transfer/{method}.benchmark.tsv")
         shell:
             "dear fuse --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt --method {wildcards.method}"
@@ -71,7 +71,7 @@ rule evaluate:
     threads: cpus_of("evaluate")
     log:
         rooted("logs/evaluate/{method}/{dataset}.log"),
-    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+    benchmark:  # wall time and peak memory of the job (dear.pipeline.runrecord; DVC: the same file)
         rooted("logs/evaluate/{method}/{dataset}.benchmark.tsv")
     shell:
         "dear evaluate --params {CONFIG} --model {R}runs/{wildcards.method}/{wildcards.dataset}/train/seed{{seed}}/model.pt --method {wildcards.method}"
@@ -99,7 +99,7 @@ if TRANSFER:  # the transfer protocols are on
         threads: cpus_of("evaluate")
         log:
             rooted("logs/evaluate_transfer/{method}.log"),
-        benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        benchmark:  # wall time and peak memory of the job (dear.pipeline.runrecord; DVC: the same file)
             rooted("logs/evaluate_transfer/{method}.benchmark.tsv")
         shell:
             "dear evaluate --params {CONFIG} --model {R}transfer/{wildcards.method}/train/seed{{seed}}/model.pt --method {wildcards.method}"

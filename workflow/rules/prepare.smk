@@ -12,7 +12,7 @@ rule prepare:
     threads: cpus_of("prepare")
     log:
         rooted("logs/prepare/{dataset}.log"),
-    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+    benchmark:  # wall time and peak memory of the job (dear.pipeline.runrecord; DVC: the same file)
         rooted("logs/prepare/{dataset}.benchmark.tsv")
     shell:
         "dear prepare --params {CONFIG} --dataset {wildcards.dataset} --out {R}data/{wildcards.dataset} --log {log}"

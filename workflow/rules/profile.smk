@@ -12,7 +12,7 @@ rule profile:
     threads: cpus_of("profile")
     log:
         rooted("logs/profile.log"),
-    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+    benchmark:  # wall time and peak memory of the job (dear.pipeline.runrecord; DVC: the same file)
         rooted("logs/profile.benchmark.tsv")
     shell:
         "dear profile --params {CONFIG} --backbone {R}backbone --manifest {R}data/{PROFILED}/manifest.parquet --out {ROLES} --log {log}"

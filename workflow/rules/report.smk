@@ -17,7 +17,7 @@ rule collect:
     threads: cpus_of("collect")
     log:
         rooted("logs/collect/{method}.log"),
-    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+    benchmark:  # wall time and peak memory of the job (dear.pipeline.runrecord; DVC: the same file)
         rooted("logs/collect/{method}.benchmark.tsv")
     shell:
         "dear collect --params {CONFIG} --method {wildcards.method} --out {R}results/{wildcards.method} --log {log}"
@@ -36,7 +36,7 @@ rule report:
     threads: cpus_of("report")
     log:
         rooted("logs/report.log"),
-    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+    benchmark:  # wall time and peak memory of the job (dear.pipeline.runrecord; DVC: the same file)
         rooted("logs/report.benchmark.tsv")
     shell:
         "dear report --params {CONFIG} --out {R}report --log {log} --runs {R}results/*/runs.json"

@@ -20,7 +20,7 @@ rule train:
     threads: cpus_of("train")
     log:
         rooted("logs/train/{method}/{dataset}.log"),
-    benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+    benchmark:  # wall time and peak memory of the job (dear.pipeline.runrecord; DVC: the same file)
         rooted("logs/train/{method}/{dataset}.benchmark.tsv")
     shell:
         "dear train --params {CONFIG} --method {wildcards.method} --dataset {wildcards.dataset} --classes base"
@@ -46,7 +46,7 @@ if TRANSFER:  # the transfer protocols are on
         threads: cpus_of("train")
         log:
             rooted("logs/train_transfer/{method}.log"),
-        benchmark:  # wall time and peak memory of the job (dear.runrecord; DVC: the same file)
+        benchmark:  # wall time and peak memory of the job (dear.pipeline.runrecord; DVC: the same file)
             rooted("logs/train_transfer/{method}.benchmark.tsv")
         shell:
             "dear train --params {CONFIG} --method {wildcards.method} --dataset {SOURCE} --classes all"

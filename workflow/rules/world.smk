@@ -11,7 +11,7 @@ if READS_WORLD:  # a study of real data and real weights without the sanity chec
         threads: cpus_of("world")
         log:
             rooted("logs/world.log"),
-        # no benchmark: Snakemake refuses one on a cached rule; `dear world` records its own (dear.runrecord)
+        # no benchmark: Snakemake refuses one on a cached rule; `dear world` records its own (dear.pipeline.runrecord)
         shell:
             "dear world --params {CONFIG} --out {R}world --log {log}"
 
@@ -29,6 +29,6 @@ rule backbone:
     threads: cpus_of("backbone")
     log:
         rooted("logs/backbone.log"),
-    # no benchmark: Snakemake refuses one on a cached rule; `dear backbone` records its own (dear.runrecord)
+    # no benchmark: Snakemake refuses one on a cached rule; `dear backbone` records its own (dear.pipeline.runrecord)
     shell:
         "dear backbone --params {CONFIG} --world {R}world --out {R}backbone --log {log}"

@@ -116,9 +116,9 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(PROJECT))
     from dear.errors import DearError
-    from dear.params import load_params
+    from dear.config.params import load_params
 
-    from dear.params import world_needed
+    from dear.config.params import world_needed
 
     try:
         params = load_params(args.config)  # the one strict reader: the same lines as dear and the Snakefile

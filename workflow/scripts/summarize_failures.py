@@ -7,7 +7,7 @@ a long run (hundreds of cluster jobs, --keep-going) ends with one short list
 instead of failures scattered through its output. A job that failed and then
 succeeded on a retry is not listed. Each job's "why" is the last line of its
 log: every `dear` stage ends its log with the cause, even when killed (a
-parent process writes it then, dear/supervise.py). A log left empty (the job
+parent process writes it then, dear/runtime/supervise.py). A log left empty (the job
 died with its parent, or before its first line) gets what Snakemake saw of
 the command's end instead: the signal that killed it or its exit code.
 Exit code 0 (it only reports).
