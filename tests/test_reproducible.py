@@ -272,7 +272,7 @@ def test_the_same_bytes_when_mkl_takes_this_cpu_for_an_intel_one(makers):
 def test_mkl_s_own_answer_names_the_branch_its_verbose_line_names(cbwr):
     """The recorded branch (`mkl_branch`) is asked of MKL (mkl_cbwr_get) rather than read from its verbose line
     (0.2-0.5 s a job): both in one process, with each setting a job may have."""
-    code = ("import sys, torch\nfrom dear import reproducible\n"
+    code = ("import sys, torch\nfrom dear.compute import reproducible\n"
             "print(reproducible._asked_mkl_branch(torch), file=sys.stderr)\n"
             "print(reproducible._read_mkl_branch(torch), file=sys.stderr)\n")
     env = {**os.environ, "MKL_CBWR": cbwr} if cbwr else {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
