@@ -286,7 +286,7 @@ def add_a_method_and_a_dataset(tree: Path) -> None:
 
 
 def edit_comments_docstrings_and_help(tree: Path) -> None:
-    for module in ("train/trainer.py", "methods/maple.py", "stages/world.py", "data/coop.py", "io.py"):
+    for module in ("train/trainer.py", "methods/maple.py", "stages/world.py", "data/coop.py", "runtime/io.py"):
         path = tree / "dear" / module
         text = path.read_text()
         body = text.split('"""', 2)  # the module's docstring, then a comment on every def
@@ -294,7 +294,7 @@ def edit_comments_docstrings_and_help(tree: Path) -> None:
             "\ndef ", "\n# a comment\ndef "))
     replace(tree, "stages/world.py", "def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:\n",
             'def run(params: Params, inputs: Inputs, outputs: Outputs) -> None:\n    """A new docstring."""\n')
-    replace(tree, "params.py", 'description="L-BFGS iterations', 'description="the L-BFGS iterations')
+    replace(tree, "config/params.py", 'description="L-BFGS iterations', 'description="the L-BFGS iterations')
 
 
 MAPLE_LINE = "train@maple-world_objects: the code of `dear train` changed: dear/methods/maple.py"
