@@ -548,7 +548,7 @@ def _stub_modules(*names: str) -> None:
 
 def _stub_kmeans() -> None:
     """kmeans_pytorch (their clustering) where it is not installed: the harness replaces the centres by ours's, so
-    the stand-in returns the first rows (the clustering itself: tests/test_parity_tac.py)."""
+    the stand-in returns the first rows (the clustering itself: tests/methods/test_parity_tac.py)."""
     import importlib.util
     import types
 

@@ -17,7 +17,7 @@ echo '### gpu-marked tests'
 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -3 || echo "gpu tests FAILED (see above)"
 echo
 echo '### GPU against CPU, compute.reproducible (docs/compute.md#cpu-and-gpu)'
-"$PY" -m pytest -q -s -p no:cacheprovider tests/test_reproducible.py -k gpu 2>&1 | grep "GPU vs CPU" || echo "not measured (see the test)"
+"$PY" -m pytest -q -s -p no:cacheprovider tests/compute/test_reproducible.py -k gpu 2>&1 | grep "GPU vs CPU" || echo "not measured (see the test)"
 echo
 echo '### Training step, ViT-B/16, batch 32, bf16 autocast'
 "$PY" benchmarks/train_step.py --arch ViT-B-16 --batch 32 --device cuda --rounds 10 --steps 10 --warmup 3 \

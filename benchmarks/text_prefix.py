@@ -3,7 +3,7 @@ prompt running all of its positions, in the same process, the two stepped in tur
 
 Prompts of one class list share their first positions (start-of-text, the context, "a photo of a", inserted
 tokens); under the causal mask those never read a class name, so each text block can run them once per class
-list (CoCoOp: once per image). The numbers are the same up to float rounding (tests/test_internals.py).
+list (CoCoOp: once per image). The numbers are the same up to float rounding (tests/model/test_internals.py).
 
     python benchmarks/text_prefix.py                                  # dear-world, 50 classes, batch 32
     python benchmarks/text_prefix.py --arch ViT-B-16 --classes 100 --batch 4 --methods coop,cocoop

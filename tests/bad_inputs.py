@@ -1,6 +1,6 @@
 """Every bad input tried against the stages, as data: the cases, how to run one, and the docs table they make.
 
-`tests/test_bad_inputs.py` runs each case and checks that it ends in exit 1,
+`tests/e2e/test_bad_inputs.py` runs each case and checks that it ends in exit 1,
 one `error:` line holding the expected words, no traceback, nothing
 half-written, and that its row of `docs/bad-inputs.md` says exactly what
 happened. `python -m tests.bad_inputs` runs every case and rewrites that page,
@@ -897,7 +897,7 @@ def render(rows: list[list[str]]) -> str:
     lines = [
         "# Bad inputs: what each stage says, and what it leaves",
         "",
-        "Every case below is run by `tests/test_bad_inputs.py`, which checks that it ends with exit code 1,",
+        "Every case below is run by `tests/e2e/test_bad_inputs.py`, which checks that it ends with exit code 1,",
         "one `error:` line, no traceback and nothing half-written, and that its row here is what it printed.",
         "The page is generated: `python -m tests.bad_inputs` reruns every case and rewrites it.",
         "Paths: `.` is the folder the command ran in, `inputs/` the valid inputs the cases damage copies of.",

@@ -1,4 +1,8 @@
-"""Shared test set-up: offline, CPU, deterministic, small thread counts."""
+"""Shared test set-up: offline, CPU, deterministic, small thread counts.
+
+pytest applies this file to every folder of tests/, which is grouped as dear/ is (docs/testing.md, "Where a test
+lives"): tests/compute/ tests dear/compute/, and so on; tests/e2e/ runs whole studies through the engines.
+"""
 
 import os
 

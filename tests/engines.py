@@ -29,7 +29,7 @@ class Step:
 def engine_env(**extra: str) -> dict:
     """The environment of an engine run in a test: offline, and without the machine's output cache (the default
     workflow profile, profiles/default, is not among PIPELINE_FILES, and DVC's stages do not look in it: every test
-    draws and trains its own; tests/test_cache.py turns both on, with a cache of its own); `extra` on top."""
+    draws and trains its own; tests/e2e/test_cache.py turns both on, with a cache of its own); `extra` on top."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", DVC_NO_ANALYTICS="1", PYTHONHASHSEED="0", DEAR_MACHINE_CACHE="off",
                **extra)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"

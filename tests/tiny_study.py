@@ -1,6 +1,6 @@
 """The whole study at test size: tiny world, tiny backbone, two seeds, five methods, every protocol.
 
-`write(path)` writes a complete params.yaml; `tests/test_pipeline.py` runs it
+`write(path)` writes a complete params.yaml; `tests/e2e/test_pipeline.py` runs it
 through Snakemake and DVC, and `tests/cluster` through Slurm.
 """
 

@@ -1,5 +1,5 @@
-"""The only values two runs of the same job may write differently: wall-clock time (tests/test_faults.py,
-tests/test_pipeline.py)."""
+"""The only values two runs of the same job may write differently: wall-clock time (tests/e2e/test_faults.py,
+tests/e2e/test_pipeline.py)."""
 
 from __future__ import annotations
 

@@ -274,7 +274,7 @@ def _asked_mkl_branch(torch) -> str | None:
     torch's MKL does not export it or returns a code not in `_MKL_BRANCHES` (then the verbose line is read).
 
     Why: the verbose line costs 0.2-0.5 s (MKL measures the CPU's frequency for it), a job's largest fixed cost
-    after its imports; this asks MKL the same in microseconds. tests/test_reproducible.py checks that both agree.
+    after its imports; this asks MKL the same in microseconds. tests/compute/test_reproducible.py checks that both agree.
     """
     import ctypes
 

@@ -7,7 +7,7 @@ Snakemake, ruamel (YAML 1.2) in DVC. They disagree on some plain values:
 and text in 1.2. PyYAML also keeps the last of two equal keys without a word
 while DVC refuses the file. So this reader refuses all of these, with one line
 each naming the file, the line and the key, and what to write instead: a file
-it accepts means the same to every engine (tests/test_strict_yaml.py checks
+it accepts means the same to every engine (tests/config/test_strict_yaml.py checks
 against both parsers).
 """
 

@@ -8,7 +8,7 @@ A page (README.md or docs/*.md) marks a block with two comments:
 
 `python -m dear.docs` rewrites every block from params.yaml, configs/*.yaml,
 the Snakemake profiles and the demo's snapshot (docs/demo/); `--check` only
-lists the stale blocks, as tests/test_docs.py does. After `make demo`,
+lists the stale blocks, as tests/docs/test_docs.py does. After `make demo`,
 `python -m dear.docs --snapshot` copies the run's numbers into docs/demo/,
 draws docs/img/base_novel.png from them and rewrites the blocks that show them.
 """

@@ -6,7 +6,7 @@ deep prompts go (layers 1..value); MMRL's `start_layer` and DeAR's
 a share of the tower's depth). The authors' values are ViT-B/16's (12
 layers): a model of another depth needs its own, and this module says which
 fit, for the check and the display, from the architecture's config alone.
-The methods' modules apply the same rules when they build (tests/test_layouts.py
+The methods' modules apply the same rules when they build (tests/model/test_layouts.py
 checks both agree on models of several depths). Layers are 1-based.
 """
 

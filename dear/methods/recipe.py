@@ -439,7 +439,7 @@ def roles_record(roles: dict | None) -> dict[str, Setting]:
 # --- how long a run trains -----------------------------------------------------------
 
 # The fewest optimizer steps any baseline's authors train a base-to-novel run with: KgCoOp (batch 128, 100 epochs)
-# and MaPLe (batch 4, 5 epochs) on EuroSAT's 5 base classes x 16 shots, 100 steps (tests/test_training_lengths.py
+# and MaPLe (batch 4, 5 epochs) on EuroSAT's 5 base classes x 16 shots, 100 steps (tests/methods/test_training_lengths.py
 # derives it from the recipe files). Datasets of one's own train at least this many (dassl.yaml `own`: min_steps),
 # and a run of fewer steps says so in its log and in the report (docs/your-data.md#training-lengths).
 FEWEST_STEPS = 100

@@ -6,7 +6,7 @@ stages. A job appears only when the config asks for it: no transfer job with
 `study.transfer: null` (or `enabled: false`), no few-shot job with
 `study.few_shot: null` (or `enabled: false`), no base-to-novel job with
 `study.base_to_novel: []`, no world job when nothing reads the world
-(`dear.config.params.world_needed`). tests/test_engines.py checks these against both
+(`dear.config.params.world_needed`). tests/e2e/test_engines.py checks these against both
 engines' graphs.
 """
 

@@ -93,7 +93,7 @@ def _pin_kernels() -> None:
     (`dear.compute.reproducible.apply`), so its child would pick the CPU's fastest
     kernels, and train other weights. The server's environment is the command's
     import environment (`wire.import_env`, part of the server's key): picked
-    here, the child runs what the plain command runs (tests/test_server.py).
+    here, the child runs what the plain command runs (tests/server/test_server.py).
     """
     import torch
 

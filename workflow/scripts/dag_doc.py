@@ -2,7 +2,7 @@
 
     python workflow/scripts/dag_doc.py          # after a change of dvc.yaml or of params.yaml's study
 
-tests/test_engines.py fails while the page shows another graph than dvc.yaml makes.
+tests/e2e/test_engines.py fails while the page shows another graph than dvc.yaml makes.
 """
 
 from __future__ import annotations
