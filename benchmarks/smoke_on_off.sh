@@ -27,13 +27,13 @@ from pathlib import Path
 
 out = Path(sys.argv[1])
 sys.path.insert(0, sys.argv[2])
-from tests.wall_clock import WALL_CLOCK, comparable  # train_log's seconds: wall time, in any two runs
+from tests.wall_clock import comparable, digests_wall_clock  # train_log's seconds: wall time, in any two runs
 
 def outputs(side):
     root = out / side / "smoke"
     return {str(p.relative_to(root)): p for p in root.rglob("*")
             if p.is_file() and not p.is_symlink() and p.parts[len(root.parts)] != "logs"
-            and not (p.parent.name == ".digest" and any(next(p.parent.parent.rglob(n), None) for n in WALL_CLOCK))}
+            and not digests_wall_clock(p)}
 on, off = outputs("on"), outputs("off")
 differ = sorted(name for name in on.keys() & off.keys() if comparable(on[name]) != comparable(off[name]))
 only = sorted(on.keys() ^ off.keys())

@@ -19,7 +19,7 @@ import yaml
 
 from tests import tiny_study
 from tests.engines import BIN, ROOT, dvc_ran, engine_env, handed_to_dvc, make_project, run, snakemake_planned
-from tests.wall_clock import WALL_CLOCK, comparable
+from tests.wall_clock import comparable, digests_wall_clock
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]
 
@@ -448,12 +448,6 @@ def test_dvc_experiments_show_and_compare_metrics_and_plots_of_main_and_each_exp
     assert plots["hm"][0]["revisions"] == ["main", "three-decimals", "no-domains"]
 
 
-def _digests_a_wall_clock(path: Path) -> bool:
-    """A digest (dear/pipeline/digest.py) of a folder that holds a file with a wall-clock column: it differs between any two
-    runs (tests/wall_clock.py)."""
-    return path.parent.name == ".digest" and any(next(path.parent.parent.rglob(name), None) for name in WALL_CLOCK)
-
-
 def test_a_job_through_the_warm_server_writes_the_bytes_it_writes_without_it(snakemake_project, tmp_path):
     """The study above ran its jobs through warm servers (tests/conftest.py leaves them on, as a user has them); the
     same chain for dear on world_objects, run with DEAR_SERVER=off (every job its own process), writes the same bytes:
@@ -464,7 +458,7 @@ def test_a_job_through_the_warm_server_writes_the_bytes_it_writes_without_it(sna
     compared = 0
     for folder in ("world", "backbone", "data/world_objects", "roles/world_objects", "runs/dear/world_objects"):
         for path in sorted((plain / folder).rglob("*")):
-            if path.is_file() and not path.is_symlink() and not _digests_a_wall_clock(path):
+            if path.is_file() and not path.is_symlink() and not digests_wall_clock(path):
                 twin = snakemake_project / path.relative_to(plain)
                 assert comparable(twin) == comparable(path), path.relative_to(plain)
                 compared += 1
