@@ -127,17 +127,21 @@ def machines(a: dict, b: dict) -> list[str]:
 
 
 def _makers(ma: dict, mb: dict) -> str:
-    """CPUs of other makers: the numbers may move only where MKL could take another code on each (dear.compute.reproducible).
+    """CPUs of other makers: what MKL could compute differently on each (dear.compute.reproducible).
 
     MKL picks its code by the CPU's maker except on its COMPATIBLE branch, one code for Intel and AMD alike
     (compute.reproducible since 2026-12-05); every other library the setting caps picks by instruction set alone.
+    Even on COMPATIBLE, MKL's vector math (ATen's sqrt, exp, log, erf) gave other bytes on an Intel CPU than on an
+    AMD one (docs/compute.md, measured 2026-12-07): the numbers of a model that uses them can move.
     """
     makers = f"{_list(ma['vendor'])} → {_list(mb['vendor'])}"
     branches = f"MKL's branch {_list(ma['mkl'])} → {_list(mb['mkl'])}"
     neutral = ma["mkl"] == mb["mkl"] == ["COMPATIBLE"] and ma["reproducible"] == mb["reproducible"] == [True]
     if neutral and ma["kernels"] == mb["kernels"]:
         return (f"- **CPU makers**: {makers}: both ran MKL's COMPATIBLE branch (compute.reproducible), one code "
-                "on every maker, so this alone moves no number")
+                "on every maker for the matrix products and convolutions; MKL's vector math (sqrt, exp, log, erf) "
+                "still differs between Intel and AMD CPUs, so the numbers of the methods that train through it "
+                "(AdamW, GELU, softmax) may move by float rounding (docs/compute.md)")
     return (f"- **CPU makers**: {makers} ({branches}: outside its COMPATIBLE branch MKL picks its code by the "
             "CPU's maker, so the numbers may move)")
 
