@@ -23,6 +23,7 @@ GENERATORS = {
     "demo-results": demo.demo_results,         # the snapshot's result table (README)
     "demo-card": demo.demo_card,               # the snapshot's backbone sanity numbers
     "demo-picture": demo.demo_picture,         # the README's picture and which run it shows
+    "roles-change": demo.roles_change,         # roles-change [FOLDER]: a demo-roles snapshot's "what the roles change"
     "layers": architecture.layers_table,       # the package's layers and what each imports (docs/architecture.md)
     "smoke-time": smoke.smoke_time,            # the one measurement of `make smoke` (dear/docs/smoke.py MEASURED)
 }

@@ -86,7 +86,7 @@ def render(results: pd.DataFrame, page: Page, differences: pd.DataFrame | None =
     if differences is not None and not differences.empty:
         lines += _differences(differences, page)
     if role_changes is not None and not role_changes.empty:
-        lines += _role_changes(role_changes, page)
+        lines += role_changes_section(role_changes, page)
     lines += _roles(page)
     if page.reference:
         lines += _published(published, page.setting_problems, page)
@@ -227,15 +227,22 @@ def _differences(frame: pd.DataFrame, page: Page) -> list[str]:
     return lines
 
 
-def _role_changes(frame: pd.DataFrame, page: Page) -> list[str]:
+def role_changes_section(frame: pd.DataFrame, page: Page) -> list[str]:
     """"What the roles change": each variant minus its plain method, the Averages of every protocol."""
     pct = f"{page.confidence:.0%}"
-    lines = ["## What the roles change", "",
-             "Each method with DeAR's head roles (`+roles`: the Generalization heads of the study's roles table never "
-             "read the method's image tokens, nor take its weight updates) minus the same method without them: the "
-             "same recipe, few-shot samples, seeds and test images, so the difference is the roles' alone. Each "
-             f"cell: Δ [{pct} interval over seeds] [{pct} interval over test images] verdict, computed as the paired "
-             "differences above; every dataset's: differences.csv.", ""]
+    return ["## What the roles change", "",
+            "Each method with DeAR's head roles (`+roles`: the Generalization heads of the study's roles table never "
+            "read the method's image tokens, nor take its weight updates) minus the same method without them: the "
+            "same recipe, few-shot samples, seeds and test images, so the difference is the roles' alone. Each "
+            f"cell: Δ [{pct} interval over seeds] [{pct} interval over test images] verdict, computed as the paired "
+            "differences above; every dataset's: differences.csv.", "",
+            *role_changes_tables(frame, page),
+            "![What the roles change: each variant minus its plain method](roles_change.png)", ""]
+
+
+def role_changes_tables(frame: pd.DataFrame, page: Page) -> list[str]:
+    """The section's two tables (also docs/results.md's, from a `make demo-roles` snapshot: dear.docs.demo)."""
+    lines = []
     b2n = frame[(frame["protocol"] == "base_to_novel") & (frame["dataset"] == AVERAGE)]
     pairs = list(dict.fromkeys(zip(frame["method"], frame["baseline"])))
     if not b2n.empty:
@@ -252,7 +259,6 @@ def _role_changes(frame: pd.DataFrame, page: Page) -> list[str]:
                  str(row.n_seeds)] for row in others.itertuples(index=False)]
         lines += ["Transfer and few-shot learning, Average over the targets (datasets):", ""]
         lines += _table(["Pair", "Protocol", "ΔAccuracy", "n"], rows) + [""]
-    lines += ["![What the roles change: each variant minus its plain method](roles_change.png)", ""]
     return lines
 
 

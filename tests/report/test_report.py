@@ -22,6 +22,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from dear.cli import app
+from dear.errors import DearError
 from dear.report import reference
 from dear.scoring.results import EVAL_SCHEMA, write_eval
 
@@ -707,3 +708,19 @@ def test_what_the_roles_change_pairs_each_variant_with_its_plain_method(tmp_path
     assert pairs == [("maple+roles", "zeroshot"), ("maple+roles", "maple")]  # the compared pair once
     metrics = json.loads((tmp_path / "report/metrics.json").read_text())
     assert metrics["differences"]["maple+roles_minus_maple"]["base"] == pytest.approx(-2.0)
+
+
+    # docs/results.md shows a demo-roles snapshot's tables from its differences.csv: the report's rows, not a copy
+    from dear.docs.generators import generate
+
+    docs_root = tmp_path / "project"
+    (docs_root / "docs/demo-roles").mkdir(parents=True)
+    shutil.copy(ROOT / "params.yaml", docs_root / "params.yaml")
+    with pytest.raises(DearError, match=r"docs/demo-roles/differences.csv: not found; copy a make demo-roles run"):
+        generate(docs_root, "roles-change docs/demo-roles")
+    shutil.copy(tmp_path / "report/differences.csv", docs_root / "docs/demo-roles/differences.csv")
+    shown = generate(docs_root, "roles-change docs/demo-roles").splitlines()
+    rows = [line for line in shown if line.startswith("| ")]
+    assert rows and all(line in markdown.splitlines() for line in rows)
+    assert "| maple+roles − zeroshot" not in "\n".join(rows)  # a variant against another method: not the roles'
+    assert shown[-1] == "![What the roles change: each variant minus its plain method](demo-roles/roles_change.png)"
