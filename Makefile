@@ -45,7 +45,8 @@ demo-2026: $(STAMP)
 	@echo "The report is in demo-2026/report/results.md."
 
 # MaPLe, PromptSRC, MMRL and CLIP-LoRA each with and without DeAR's head roles (configs/demo-roles.yaml, written from
-# params.yaml): the demo's world, backbone, profile and recipes; its own output root (demo-roles/).
+# params.yaml): the demo's world, backbone, profile and recipes; its own output root (demo-roles/). About an hour on
+# 2 cores after `make demo` (CLIP-LoRA's two rows are two thirds of it; docs/results.md).
 demo-roles: $(STAMP)
 	mkdir -p $(SNAKEMAKE_OUTPUT_CACHE)
 	.venv/bin/snakemake --cores 2 --scheduler greedy --configfile configs/demo-roles.yaml
