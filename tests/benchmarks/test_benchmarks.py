@@ -290,3 +290,33 @@ def test_the_authors_step_benchmark_runs_their_tip_adapter_f_beside_ours(tmp_pat
     theirs, ours = agreement["search choice (beta, alpha): theirs, ours"]
     assert theirs == ours != (0.1, 0.1)  # the same pair, not merely the first
     assert "ours_median_s" not in result  # no step cost: their step is one linear layer on frozen features
+
+
+def test_the_tac_terms_benchmark_weights_each_term_by_the_run_s_recipe(tmp_path, monkeypatch, capsys):
+    """benchmarks/tac_terms.py on hand-made train logs: TAC's L1 terms times the weights its log's provenance
+    records (2 and 3 here, not the authors' 20 and 25), PromptSRC's regularizers as loss - CE, and the figure."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def log(method, dataset, seed, columns, recipe):
+        table = pa.table({"step": list(range(12)), **{name: [value] * 12 for name, value in columns.items()}})
+        table = table.replace_schema_metadata({b"dear.provenance": json.dumps({"params": {"recipe": recipe}})})
+        path = tmp_path / "runs" / method / dataset / "train" / f"seed{seed}" / "train_log.parquet"
+        path.parent.mkdir(parents=True)
+        pq.write_table(table, path)
+
+    for dataset in ("world_objects", "world_objects_sketch"):
+        for seed in (1, 2):
+            log("tac", dataset, seed, {"loss": 2.0 + 2 * 0.1 + 3 * 0.2, "loss_ce": 2.0, "loss_txt": 0.1,
+                                       "loss_img": 0.2}, {"text_loss_weight": 2.0, "image_loss_weight": 3.0})
+            log("promptsrc", dataset, seed, {"loss": 1.5, "loss_ce": 1.25, "loss_txt": 0.0, "loss_img": 0.0}, {})
+    out = tmp_path / "terms.png"
+    monkeypatch.setattr("sys.argv", ["tac_terms.py", str(tmp_path), "--out", str(out)])
+    _script("tac_terms").main()
+    printed = capsys.readouterr().out
+    assert "world_objects          tac        2 x text L1    first 10 steps 0.200  last 10 0.200" in printed
+    assert "world_objects_sketch   tac        3 x image L1   first 10 steps 0.600  last 10 0.600" in printed
+    assert "world_objects          promptsrc  regularizers   first 10 steps 0.250  last 10 0.250" in printed
+    assert out.read_bytes().startswith(b"\x89PNG")
