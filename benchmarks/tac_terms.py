@@ -11,7 +11,6 @@ features each dropped out at p 0.3 (its authors' VisionTransformer), a floor the
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import matplotlib
@@ -19,7 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+
+from dear.runtime.io import read_provenance  # noqa: E402
 
 DATASETS = ("world_objects", "world_objects_sketch")
 
@@ -32,7 +32,7 @@ def terms(root: Path, method: str, dataset: str) -> pd.DataFrame:
     frame = pd.concat([pd.read_parquet(path) for path in logs])
     weighted = pd.DataFrame({"step": frame["step"], "CE": frame["loss_ce"], "loss": frame["loss"]})
     if method == "tac":  # their TAC.forward_backward: CE + w_text L1(text) + w_image L1(image), the run's recipe's
-        recipe = json.loads(pq.read_schema(logs[0]).metadata[b"dear.provenance"])["params"]["recipe"]
+        recipe = read_provenance(logs[0])["params"]["recipe"]
         weighted[f"{recipe['text_loss_weight']:g} x text L1"] = recipe["text_loss_weight"] * frame["loss_txt"]
         weighted[f"{recipe['image_loss_weight']:g} x image L1"] = recipe["image_loss_weight"] * frame["loss_img"]
     else:

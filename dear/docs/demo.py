@@ -150,16 +150,16 @@ def roles_change(root: Path, folder: str = "docs/demo-roles") -> str:
     rendered are its `+roles` pairs, with params.yaml's report settings (decimals, confidence), so the page
     shows the snapshot's numbers and no other run's.
     """
-    from dear.report.markdown import Page, role_changes_tables
+    from dear.methods import ROLES
+    from dear.report.markdown import Page, role_changes_picture, role_changes_tables
 
     path = root / folder / "differences.csv"
     if not path.is_file():
         raise DearError(f"{path}: not found; copy a make demo-roles run's report/differences.csv there")
     frame = pd.read_csv(path).fillna({"source": ""})  # a few-shot Average has no source: "" in the report's frame
-    frame = frame[frame["method"] == frame["baseline"] + "+roles"]
+    frame = frame[frame["method"] == frame["baseline"] + ROLES]
     report = load_params(root / "params.yaml").report
     page = Page(decimals=report.decimals, methods=[], seeds=[], std_warning=0.0, confidence=report.confidence,
                 resamples=report.bootstrap_resamples, n_evals=0, reference=False, heatmaps=[], has_loss=False)
     picture = Path(folder).relative_to("docs") / "roles_change.png"
-    return "\n".join([*role_changes_tables(frame, page),
-                      f"![What the roles change: each variant minus its plain method]({picture})"]) + "\n"
+    return "\n".join([*role_changes_tables(frame, page), role_changes_picture(str(picture))]) + "\n"

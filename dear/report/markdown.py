@@ -236,8 +236,11 @@ def role_changes_section(frame: pd.DataFrame, page: Page) -> list[str]:
             "same recipe, few-shot samples, seeds and test images, so the difference is the roles' alone. Each "
             f"cell: Δ [{pct} interval over seeds] [{pct} interval over test images] verdict, computed as the paired "
             "differences above; every dataset's: differences.csv.", "",
-            *role_changes_tables(frame, page),
-            "![What the roles change: each variant minus its plain method](roles_change.png)", ""]
+            *role_changes_tables(frame, page), role_changes_picture("roles_change.png"), ""]
+
+
+def role_changes_picture(path: str) -> str:
+    return f"![What the roles change: each variant minus its plain method]({path})"
 
 
 def role_changes_tables(frame: pd.DataFrame, page: Page) -> list[str]:

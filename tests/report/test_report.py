@@ -709,7 +709,6 @@ def test_what_the_roles_change_pairs_each_variant_with_its_plain_method(tmp_path
     metrics = json.loads((tmp_path / "report/metrics.json").read_text())
     assert metrics["differences"]["maple+roles_minus_maple"]["base"] == pytest.approx(-2.0)
 
-
     # docs/results.md shows a demo-roles snapshot's tables from its differences.csv: the report's rows, not a copy
     from dear.docs.generators import generate
 
